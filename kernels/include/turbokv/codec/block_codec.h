@@ -1,0 +1,136 @@
+// Encode raw KV blocks to packed blocks (format v1, kernels/FORMAT.md) and back.
+//
+// Thread safety: a BlockCodec is immutable after Create(); any number of threads may call its
+// const methods at once.
+//
+// Errors (absl codes equal gRPC codes):
+//   InvalidArgument  bad shape / codec / buffer size, non-finite input, a group whose scale
+//                    does not fit fp16, a packed block whose header does not match this codec.
+//   DataLoss         a packed block that is truncated, inconsistent or fails its checksum.
+#ifndef TURBOKV_CODEC_BLOCK_CODEC_H_
+#define TURBOKV_CODEC_BLOCK_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "turbokv/codec/types.h"
+
+namespace turbokv::codec {
+
+// Which CPU code path runs the per-group math. All give identical packed bytes and identical
+// decoded values; kAuto picks AVX2+FMA+F16C when the CPU has them (checked at run time).
+enum class CpuIsa { kAuto, kScalar, kAvx2 };
+// The path kAuto resolves to on this CPU.
+CpuIsa DetectCpuIsa();
+const char* CpuIsaName(CpuIsa isa);
+
+// Half-open layer range [begin, end). end = -1 means "to the last layer".
+struct LayerRange {
+  int begin = 0;
+  int end = -1;
+};
+
+// What a packed block says about itself (parsed and validated header).
+struct PackedBlockInfo {
+  uint16_t format_version = 0;
+  uint64_t namespace_id = 0;
+  BlockShape shape;
+  bool norm_correction = true;
+  uint64_t rotation_seed = 0;
+  uint64_t qjl_seed = 0;
+  std::vector<LayerCodec> layers;     // one per layer
+  size_t header_bytes = 0;            // bytes before the first layer section
+  std::vector<uint32_t> layer_offsets;  // num_layers + 1 offsets, from the start of the block
+  size_t total_bytes = 0;             // whole block including the 8-byte checksum
+};
+
+// Parses and validates a packed block's header and layer table against its length. Does not
+// read layer sections and does not verify the checksum (see VerifyPackedChecksum).
+// DataLoss: truncated, bad magic, inconsistent sizes. InvalidArgument: unsupported version or
+// codec values. Never reads outside `packed`.
+[[nodiscard]] absl::StatusOr<PackedBlockInfo> ParsePackedBlock(absl::Span<const uint8_t> packed);
+
+// DataLoss unless the trailing xxHash3-64 equals the hash of everything before it.
+[[nodiscard]] absl::Status VerifyPackedChecksum(absl::Span<const uint8_t> packed);
+
+class BlockCodec {
+ public:
+  // InvalidArgument when the shape or spec is invalid (message names the field).
+  [[nodiscard]] static absl::StatusOr<BlockCodec> Create(const BlockShape& shape,
+                                                         const CodecSpec& spec,
+                                                         uint64_t namespace_id = 0);
+  // The codec that produced `packed` (header parsed and validated; checksum not verified).
+  [[nodiscard]] static absl::StatusOr<BlockCodec> FromPacked(absl::Span<const uint8_t> packed);
+
+  const BlockShape& shape() const { return shape_; }
+  const CodecSpec& spec() const { return spec_; }
+  uint64_t namespace_id() const { return namespace_id_; }
+  const std::vector<LayerCodec>& layers() const { return layers_; }
+
+  // Bytes of one raw block in the namespace dtype.
+  size_t raw_bytes() const { return shape_.raw_bytes(); }
+  // Bytes of one packed block. Fixed for a given shape and spec.
+  size_t packed_bytes() const { return packed_bytes_; }
+  // packed_bytes * 8 / num_values (headers and checksum included).
+  double bits_per_value() const { return BitsPerValue(packed_bytes_, shape_); }
+  // The header bytes every block of this codec starts with (header_bytes() of them).
+  absl::Span<const uint8_t> header() const { return header_; }
+
+  // raw: [num_layers][2][block_tokens][num_kv_heads][head_dim] of shape().dtype, raw_bytes().
+  // packed: exactly packed_bytes(). InvalidArgument on wrong sizes, non-finite values or a
+  // scale that does not fit fp16 (message names layer, K/V, token, head and group).
+  [[nodiscard]] absl::Status Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_t> packed,
+                                    CpuIsa isa = CpuIsa::kAuto) const;
+
+  // Decodes layers [range.begin, range.end) of `packed` (which must carry this codec's
+  // header) into out: [range layers][2][block_tokens][num_kv_heads][head_dim] of `out_dtype`.
+  // Touches only the header and the requested layers' sections; the checksum is not verified
+  // here (call VerifyPackedChecksum on data from untrusted storage first).
+  // InvalidArgument: wrong out size, bad range, header of another codec. DataLoss: truncated.
+  [[nodiscard]] absl::Status Decode(absl::Span<const uint8_t> packed, DType out_dtype,
+                                    LayerRange range, absl::Span<uint8_t> out,
+                                    CpuIsa isa = CpuIsa::kAuto) const;
+
+  // Bytes Decode writes for a range (after clamping end = -1).
+  absl::StatusOr<size_t> DecodedBytes(DType out_dtype, LayerRange range) const;
+
+  // Encodes many blocks, spreading them over `num_threads` threads (1 = the calling thread).
+  // raws[i] -> packeds[i]. Stops at the first error and returns it.
+  [[nodiscard]] absl::Status EncodeBatch(absl::Span<const absl::Span<const uint8_t>> raws,
+                                         absl::Span<const absl::Span<uint8_t>> packeds,
+                                         int num_threads = 1, CpuIsa isa = CpuIsa::kAuto) const;
+
+  // Per-(layer, K/V) precomputed state: sign stream key and QJL matrix. Public only so the
+  // CUDA backend (same library family) can read it; treat as opaque.
+  struct SectionPlan {
+    SectionCodec codec;
+    uint64_t sign_key = 0;
+    std::shared_ptr<const std::vector<float>> qjl_matrix;  // [g][g] when codec.qjl
+    size_t offset = 0;  // byte offset of the section in the packed block
+    size_t bytes = 0;   // bytes of the section
+  };
+  const std::vector<SectionPlan>& plans() const { return plans_; }  // [num_layers * 2]
+
+ private:
+  BlockCodec() = default;
+
+  BlockShape shape_;
+  CodecSpec spec_;
+  uint64_t namespace_id_ = 0;
+  std::vector<LayerCodec> layers_;
+  std::vector<SectionPlan> plans_;
+  std::vector<uint8_t> header_;
+  size_t packed_bytes_ = 0;
+};
+
+// The expected bytes of one section for `vectors` head vectors of `head_dim` coordinates.
+size_t SectionBytes(const SectionCodec& codec, size_t vectors, int head_dim, DType source);
+
+}  // namespace turbokv::codec
+
+#endif  // TURBOKV_CODEC_BLOCK_CODEC_H_
