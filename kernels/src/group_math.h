@@ -1,0 +1,250 @@
+// Per-group TurboQuant math shared by the CPU backends and the CUDA kernels
+// (compiled by g++ and nvcc). Every function here is the *definition* of a step of the
+// codec: the AVX2 path and the CUDA kernels perform exactly these float operations in exactly
+// this order, so all backends produce identical packed bytes and identical decoded values.
+// No fused multiply-add: the build uses -ffp-contract=off (g++) and -fmad=false (nvcc).
+//
+// References: DESIGN.md section 3; kernels/FORMAT.md; TurboQuant (Zandieh, Daliri, Hadian,
+// Mirrokni 2025, arXiv:2504.19874) Algorithm 1 (MSE quantizer) and QJL (Zandieh, Daliri, Han
+// 2024, arXiv:2406.03482) for the 1-bit residual.
+#ifndef TURBOKV_KERNELS_SRC_GROUP_MATH_H_
+#define TURBOKV_KERNELS_SRC_GROUP_MATH_H_
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "turbokv/codec/float16.h"
+
+namespace turbokv::codec::internal {
+
+using ::turbokv::codec::BFloat16ToFloat;
+using ::turbokv::codec::BitsFloat;
+using ::turbokv::codec::FloatBits;
+using ::turbokv::codec::FloatToBFloat16;
+using ::turbokv::codec::FloatToHalf;
+using ::turbokv::codec::HalfToFloat;
+
+inline constexpr uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ULL;
+inline constexpr int kMaxGroupSize = 256;
+// sqrt(pi / 2): the QJL dequantization constant (QJL, Lemma 3.2).
+inline constexpr double kSqrtHalfPi = 1.2533141373155002512;
+
+TURBOKV_HD uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+TURBOKV_HD uint64_t SectionKey(uint64_t seed, int layer, int kv) {
+  return Mix64(seed ^ Mix64((static_cast<uint64_t>(layer) << 1) | static_cast<uint64_t>(kv)));
+}
+
+// True when coordinate j of the head vector gets sign −1.
+TURBOKV_HD bool SignNegative(uint64_t key, int j) {
+  return (Mix64(key + static_cast<uint64_t>(j + 1) * kSplitMixGamma) >> 63) != 0;
+}
+
+TURBOKV_HD float FlipSign(float f, bool negative) {
+  return negative ? BitsFloat(FloatBits(f) ^ 0x80000000u) : f;
+}
+
+TURBOKV_HD bool IsFiniteFloat(float f) { return (FloatBits(f) & 0x7F800000u) != 0x7F800000u; }
+
+// In-place unnormalized fast Walsh–Hadamard transform in Sylvester (natural) order:
+// for h = 1, 2, 4, ..., g/2 and every pair (i, i + h) inside blocks of 2h:
+// (a, b) <- (a + b, a − b).
+TURBOKV_HD void FwhtInPlace(float* v, int g) {
+  for (int h = 1; h < g; h <<= 1) {
+    for (int i = 0; i < g; i += h << 1) {
+      for (int j = i; j < i + h; ++j) {
+        const float a = v[j];
+        const float b = v[j + h];
+        v[j] = a + b;
+        v[j + h] = a - b;
+      }
+    }
+  }
+}
+
+// 1/sqrt(g) rounded to fp32: the orthonormal Hadamard scale.
+TURBOKV_HD float HadamardScale(int g) {
+  switch (g) {
+    case 8: return 0.35355339059327376220f;
+    case 16: return 0.25f;
+    case 32: return 0.17677669529663688110f;
+    case 64: return 0.125f;
+    case 128: return 0.088388347648318440550f;
+    case 256: return 0.0625f;
+    default: return 0.0f;
+  }
+}
+
+// Index of the nearest level: #{i : y > thresholds[i]}, by branch-free binary search over the
+// 2^bits − 1 ascending thresholds. Ties (y == threshold) go to the lower level.
+TURBOKV_HD int NearestLevel(float y, const float* thresholds, int bits) {
+  int idx = 0;
+  for (int step = 1 << (bits - 1); step >= 1; step >>= 1) {
+    if (y > thresholds[idx + step - 1]) idx += step;
+  }
+  return idx;
+}
+
+// Bit-packing: indices of `bits` bits each, little-endian, LSB first, contiguous. A group of
+// g >= 8 indices always fills whole bytes (g * bits is a multiple of 8).
+TURBOKV_HD void PackIndices(const uint8_t* idx, int count, int bits, uint8_t* out) {
+  if (bits == 8) {
+    for (int i = 0; i < count; ++i) out[i] = idx[i];
+    return;
+  }
+  uint32_t acc = 0;
+  int nbits = 0;
+  int o = 0;
+  for (int i = 0; i < count; ++i) {
+    acc |= static_cast<uint32_t>(idx[i]) << nbits;
+    nbits += bits;
+    while (nbits >= 8) {
+      out[o++] = static_cast<uint8_t>(acc & 0xFFu);
+      acc >>= 8;
+      nbits -= 8;
+    }
+  }
+}
+
+TURBOKV_HD void UnpackIndices(const uint8_t* in, int count, int bits, uint8_t* idx) {
+  if (bits == 8) {
+    for (int i = 0; i < count; ++i) idx[i] = in[i];
+    return;
+  }
+  const uint32_t mask = (1u << bits) - 1u;
+  uint32_t acc = 0;
+  int nbits = 0;
+  int p = 0;
+  for (int i = 0; i < count; ++i) {
+    while (nbits < bits) {
+      acc |= static_cast<uint32_t>(in[p++]) << nbits;
+      nbits += 8;
+    }
+    idx[i] = static_cast<uint8_t>(acc & mask);
+    acc >>= bits;
+    nbits -= bits;
+  }
+}
+
+// Sum of squares in index order (no pairwise tree, no FMA): the canonical reduction.
+TURBOKV_HD float SumSquares(const float* v, int g) {
+  float s = 0.0f;
+  for (int i = 0; i < g; ++i) s = s + v[i] * v[i];
+  return s;
+}
+
+// Parameters of one section's quantizer, shared by encode and decode.
+struct GroupParams {
+  int g = 32;                          // group size (power of two, 8..256)
+  int bits = 4;                        // 1..8
+  const float* levels = nullptr;       // [2^bits]
+  const float* thresholds = nullptr;   // [2^bits − 1]
+  bool norm_correction = true;
+  const float* qjl = nullptr;          // [g][g] row-major Gaussian matrix S, or null
+  float qjl_coef = 0.0f;               // (float)(sqrt(pi/2) / g)
+  uint64_t sign_key = 0;
+};
+
+// What one encoded group is made of, before it is laid out in the section.
+struct EncodedGroup {
+  uint16_t scale = 0;        // fp16: n / ||y_hat'|| (norm correction) or n
+  uint16_t residual = 0;     // fp16 ||r|| (QJL only)
+  uint8_t idx[kMaxGroupSize];
+  uint8_t qjl_bits[kMaxGroupSize / 8];
+};
+
+// y_hat' (rotated domain) of a group: levels plus the QJL correction when enabled.
+//   y_hat'_c = levels[idx_c] + coef * ||r|| * Σ_i S[i][c] * s_i,   s_i = ±1 from the QJL bits
+// The sum runs over i in increasing order.
+TURBOKV_HD void ReconstructRotated(const GroupParams& p, const uint8_t* idx,
+                                   const uint8_t* qjl_bits, float residual_norm, float* y_hat) {
+  for (int c = 0; c < p.g; ++c) y_hat[c] = p.levels[idx[c]];
+  if (p.qjl == nullptr) return;
+  const float k = p.qjl_coef * residual_norm;
+  for (int c = 0; c < p.g; ++c) {
+    float acc = 0.0f;
+    for (int i = 0; i < p.g; ++i) {
+      const float s = p.qjl[i * p.g + c];
+      acc = acc + (((qjl_bits[i >> 3] >> (i & 7)) & 1u) ? s : -s);
+    }
+    y_hat[c] = y_hat[c] + k * acc;
+  }
+}
+
+// Encodes one group of g source values already converted to float (all finite; the caller
+// checks). `sign_offset` is the index of the group's first coordinate in the head vector.
+// Returns false when the scale does not fit fp16 (the caller reports InvalidArgument).
+//   1. n = sqrt(Σ x²); n == 0 (or 1/n not finite) -> all-zero group: scale 0, indices 0.
+//   2. u_j = ±(x_j · (1/n)) with the rotation signs; y = FWHT(u) · (1/sqrt g).
+//   3. idx_j = NearestLevel(y_j).
+//   4. QJL: r = y − levels[idx]; bit_i = (Σ_c S[i][c] r_c) >= 0; residual = fp16(||r||).
+//   5. scale = n / ||y_hat'|| with norm correction (y_hat' uses the fp16 residual), else n.
+TURBOKV_HD bool EncodeGroup(const GroupParams& p, const float* x, int sign_offset,
+                            EncodedGroup* out) {
+  float y[kMaxGroupSize];
+  const int g = p.g;
+  const float ss = SumSquares(x, g);
+  const float n = sqrtf(ss);
+  const float inv = 1.0f / n;
+  if (ss == 0.0f || !IsFiniteFloat(inv)) {
+    out->scale = 0;
+    out->residual = 0;
+    for (int i = 0; i < g; ++i) out->idx[i] = 0;
+    for (int i = 0; i < g / 8; ++i) out->qjl_bits[i] = 0;
+    return true;
+  }
+  for (int j = 0; j < g; ++j) y[j] = FlipSign(x[j] * inv, SignNegative(p.sign_key, sign_offset + j));
+  FwhtInPlace(y, g);
+  const float hs = HadamardScale(g);
+  for (int j = 0; j < g; ++j) y[j] = y[j] * hs;
+  for (int j = 0; j < g; ++j) out->idx[j] = static_cast<uint8_t>(NearestLevel(y[j], p.thresholds, p.bits));
+
+  float residual_norm = 0.0f;
+  if (p.qjl != nullptr) {
+    float r[kMaxGroupSize];
+    for (int j = 0; j < g; ++j) r[j] = y[j] - p.levels[out->idx[j]];
+    for (int i = 0; i < g / 8; ++i) out->qjl_bits[i] = 0;
+    for (int i = 0; i < g; ++i) {
+      float acc = 0.0f;
+      for (int c = 0; c < g; ++c) acc = acc + p.qjl[i * g + c] * r[c];
+      if (acc >= 0.0f) out->qjl_bits[i >> 3] = static_cast<uint8_t>(out->qjl_bits[i >> 3] | (1u << (i & 7)));
+    }
+    out->residual = FloatToHalf(sqrtf(SumSquares(r, g)));
+    residual_norm = HalfToFloat(out->residual);
+  } else {
+    out->residual = 0;
+  }
+
+  float scale = n;
+  if (p.norm_correction) {
+    float y_hat[kMaxGroupSize];
+    ReconstructRotated(p, out->idx, out->qjl_bits, residual_norm, y_hat);
+    const float yn = sqrtf(SumSquares(y_hat, g));
+    scale = n / yn;
+  }
+  out->scale = FloatToHalf(scale);
+  return (out->scale & 0x7C00u) != 0x7C00u;
+}
+
+// Decodes one group into x (floats before the final cast to the output dtype):
+//   y_hat' as above; z = FWHT(y_hat') · (1/sqrt g); x_j = ±z_j · scale.
+TURBOKV_HD void DecodeGroup(const GroupParams& p, const uint8_t* idx, const uint8_t* qjl_bits,
+                            uint16_t scale_h, uint16_t residual_h, int sign_offset, float* x) {
+  const int g = p.g;
+  const float scale = HalfToFloat(scale_h);
+  ReconstructRotated(p, idx, qjl_bits, HalfToFloat(residual_h), x);
+  FwhtInPlace(x, g);
+  const float hs = HadamardScale(g);
+  for (int j = 0; j < g; ++j) {
+    x[j] = FlipSign(x[j] * hs, SignNegative(p.sign_key, sign_offset + j)) * scale;
+  }
+}
+
+}  // namespace turbokv::codec::internal
+
+#endif  // TURBOKV_KERNELS_SRC_GROUP_MATH_H_

@@ -1,0 +1,59 @@
+// Internal: encode / decode one K or V section of one layer on the CPU.
+//
+// A section is `vectors` head vectors of `head_dim` coordinates (raw layout:
+// [block_tokens][num_kv_heads][head_dim], contiguous in the raw block). Its packed layout is
+// documented in kernels/FORMAT.md ("Sections").
+#ifndef TURBOKV_KERNELS_SRC_SECTION_CODEC_H_
+#define TURBOKV_KERNELS_SRC_SECTION_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "group_math.h"
+#include "turbokv/codec/types.h"
+
+namespace turbokv::codec::internal {
+
+struct SectionJob {
+  SectionCodec codec;
+  GroupParams params;   // valid when codec.quantized()
+  int head_dim = 0;
+  size_t vectors = 0;
+  DType source = DType::kFloat16;  // dtype of the raw section
+};
+
+// Where a section's parts start, relative to the section.
+struct SectionLayout {
+  size_t groups = 0;          // vectors * head_dim / g
+  size_t scales = 0;          // fp16 [groups]
+  size_t residuals = 0;       // fp16 [groups] (QJL only)
+  size_t indices = 0;         // [groups][g * bits / 8]
+  size_t qjl_bits = 0;        // [groups][g / 8] (QJL only)
+  size_t bytes = 0;           // total
+};
+SectionLayout LayoutOf(const SectionCodec& codec, size_t vectors, int head_dim, DType source);
+
+// First problem found while encoding, if any.
+struct EncodeError {
+  enum Kind { kNone, kNonFinite, kScaleOverflow } kind = kNone;
+  size_t vector = 0;  // head vector index within the section
+  int coordinate = 0; // coordinate (kNonFinite) or first coordinate of the group
+};
+
+// Scalar reference path (group_math.h, one group at a time).
+EncodeError EncodeSectionScalar(const SectionJob& job, const uint8_t* src, uint8_t* dst);
+void DecodeSectionScalar(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out);
+
+// AVX2 path: identical bytes and values; only compiled on x86-64. Returns false if it cannot
+// handle the job (then the caller uses the scalar path).
+bool Avx2Available();
+bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err);
+bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out);
+
+// Element conversions used by both paths.
+float LoadAsFloat(const uint8_t* p, DType dtype, size_t i);
+void StoreFromFloat(uint8_t* p, DType dtype, size_t i, float v);
+
+}  // namespace turbokv::codec::internal
+
+#endif  // TURBOKV_KERNELS_SRC_SECTION_CODEC_H_

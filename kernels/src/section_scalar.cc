@@ -1,0 +1,184 @@
+#include <cstring>
+
+#include "section_codec.h"
+
+namespace turbokv::codec::internal {
+
+SectionLayout LayoutOf(const SectionCodec& codec, size_t vectors, int head_dim, DType source) {
+  SectionLayout l;
+  const size_t values = vectors * static_cast<size_t>(head_dim);
+  if (codec.bits == 0) {
+    l.bytes = values * DTypeSize(source);
+    return l;
+  }
+  if (codec.bits == 16) {
+    l.bytes = values * 2;
+    return l;
+  }
+  const size_t g = static_cast<size_t>(codec.group_size);
+  l.groups = values / g;
+  size_t at = 0;
+  l.scales = at;
+  at += 2 * l.groups;
+  if (codec.qjl) {
+    l.residuals = at;
+    at += 2 * l.groups;
+  }
+  l.indices = at;
+  at += l.groups * (g * static_cast<size_t>(codec.bits) / 8);
+  if (codec.qjl) {
+    l.qjl_bits = at;
+    at += l.groups * (g / 8);
+  }
+  l.bytes = at;
+  return l;
+}
+
+float LoadAsFloat(const uint8_t* p, DType dtype, size_t i) {
+  switch (dtype) {
+    case DType::kFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return HalfToFloat(h);
+    }
+    case DType::kBFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return BFloat16ToFloat(h);
+    }
+    case DType::kFloat32: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+  }
+  return 0.0f;
+}
+
+void StoreFromFloat(uint8_t* p, DType dtype, size_t i, float v) {
+  switch (dtype) {
+    case DType::kFloat16: {
+      const uint16_t h = FloatToHalf(v);
+      std::memcpy(p + 2 * i, &h, 2);
+      return;
+    }
+    case DType::kBFloat16: {
+      const uint16_t h = FloatToBFloat16(v);
+      std::memcpy(p + 2 * i, &h, 2);
+      return;
+    }
+    case DType::kFloat32:
+      std::memcpy(p + 4 * i, &v, 4);
+      return;
+  }
+}
+
+namespace {
+
+// Non-raw, non-quantized (fp16) and raw sections.
+EncodeError EncodePlain(const SectionJob& job, const uint8_t* src, uint8_t* dst) {
+  EncodeError err;
+  const size_t values = job.vectors * static_cast<size_t>(job.head_dim);
+  for (size_t i = 0; i < values; ++i) {
+    const float v = LoadAsFloat(src, job.source, i);
+    if (!IsFiniteFloat(v)) {
+      err.kind = EncodeError::kNonFinite;
+      err.vector = i / job.head_dim;
+      err.coordinate = static_cast<int>(i % job.head_dim);
+      return err;
+    }
+    if (job.codec.bits == 16) {
+      const uint16_t h = FloatToHalf(v);
+      if ((h & 0x7C00u) == 0x7C00u) {
+        err.kind = EncodeError::kScaleOverflow;
+        err.vector = i / job.head_dim;
+        err.coordinate = static_cast<int>(i % job.head_dim);
+        return err;
+      }
+      std::memcpy(dst + 2 * i, &h, 2);
+    }
+  }
+  if (job.codec.bits == 0) std::memcpy(dst, src, values * DTypeSize(job.source));
+  return err;
+}
+
+void DecodePlain(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out) {
+  const size_t values = job.vectors * static_cast<size_t>(job.head_dim);
+  const DType stored = job.codec.bits == 16 ? DType::kFloat16 : job.source;
+  if (stored == out_dtype) {
+    std::memcpy(out, src, values * DTypeSize(out_dtype));
+    return;
+  }
+  for (size_t i = 0; i < values; ++i) StoreFromFloat(out, out_dtype, i, LoadAsFloat(src, stored, i));
+}
+
+}  // namespace
+
+EncodeError EncodeSectionScalar(const SectionJob& job, const uint8_t* src, uint8_t* dst) {
+  if (!job.codec.quantized()) return EncodePlain(job, src, dst);
+  EncodeError err;
+  const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
+  const int g = job.codec.group_size;
+  const int groups_per_vector = job.head_dim / g;
+  const size_t index_bytes = static_cast<size_t>(g) * job.codec.bits / 8;
+  float x[kMaxGroupSize];
+  EncodedGroup enc;
+  for (size_t v = 0; v < job.vectors; ++v) {
+    for (int k = 0; k < groups_per_vector; ++k) {
+      const size_t base = v * job.head_dim + static_cast<size_t>(k) * g;
+      for (int j = 0; j < g; ++j) {
+        x[j] = LoadAsFloat(src, job.source, base + j);
+        if (!IsFiniteFloat(x[j])) {
+          err.kind = EncodeError::kNonFinite;
+          err.vector = v;
+          err.coordinate = k * g + j;
+          return err;
+        }
+      }
+      const size_t gi = v * groups_per_vector + k;
+      if (!EncodeGroup(job.params, x, k * g, &enc)) {
+        err.kind = EncodeError::kScaleOverflow;
+        err.vector = v;
+        err.coordinate = k * g;
+        return err;
+      }
+      std::memcpy(dst + lay.scales + 2 * gi, &enc.scale, 2);
+      PackIndices(enc.idx, g, job.codec.bits, dst + lay.indices + gi * index_bytes);
+      if (job.codec.qjl) {
+        std::memcpy(dst + lay.residuals + 2 * gi, &enc.residual, 2);
+        std::memcpy(dst + lay.qjl_bits + gi * (g / 8), enc.qjl_bits, g / 8);
+      }
+    }
+  }
+  return err;
+}
+
+void DecodeSectionScalar(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out) {
+  if (!job.codec.quantized()) {
+    DecodePlain(job, src, out_dtype, out);
+    return;
+  }
+  const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
+  const int g = job.codec.group_size;
+  const int groups_per_vector = job.head_dim / g;
+  const size_t index_bytes = static_cast<size_t>(g) * job.codec.bits / 8;
+  float x[kMaxGroupSize];
+  uint8_t idx[kMaxGroupSize];
+  const uint8_t zero_bits[kMaxGroupSize / 8] = {};
+  for (size_t gi = 0; gi < lay.groups; ++gi) {
+    const int k = static_cast<int>(gi % groups_per_vector);
+    uint16_t scale, residual = 0;
+    std::memcpy(&scale, src + lay.scales + 2 * gi, 2);
+    UnpackIndices(src + lay.indices + gi * index_bytes, g, job.codec.bits, idx);
+    const uint8_t* qbits = zero_bits;
+    if (job.codec.qjl) {
+      std::memcpy(&residual, src + lay.residuals + 2 * gi, 2);
+      qbits = src + lay.qjl_bits + gi * (g / 8);
+    }
+    DecodeGroup(job.params, idx, qbits, scale, residual, k * g, x);
+    const size_t base = gi * g;
+    for (int j = 0; j < g; ++j) StoreFromFloat(out, out_dtype, base + j, x[j]);
+  }
+}
+
+}  // namespace turbokv::codec::internal
