@@ -1,0 +1,420 @@
+#include "commands.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kv_layout.h"
+#include "npy.h"
+#include "turbokv/client/prefix_hasher.h"
+#include "turbokv/codec/status_macros.h"
+
+namespace turbokv::cli {
+namespace {
+
+using client::Client;
+using client::DType;
+using client::NamespaceDescriptor;
+
+// Blocks per PutBlocks / GetBlocks call: bounds the memory and the duration of one stream.
+constexpr size_t kBlocksPerCall = 32;
+// Lease taken by `get` between its Lookup and its GetBlocks.
+constexpr uint32_t kGetLeaseSeconds = 60;
+
+client::CallOptions Call(const GlobalOptions& g) {
+  return client::CallOptions{absl::Seconds(g.timeout_seconds)};
+}
+
+// Token ids from an int32 or int64 [T] npy file, as uint32.
+absl::StatusOr<std::vector<uint32_t>> LoadTokens(const std::string& path) {
+  TURBOKV_ASSIGN_OR_RETURN(NpyArray arr, ReadNpy(path));
+  if (arr.shape.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tokens must be a 1-D array, got ",
+                                                   arr.shape.size(), " dimensions"));
+  }
+  std::vector<uint32_t> out(arr.shape[0]);
+  if (arr.descr == "<i4") {
+    for (size_t i = 0; i < out.size(); ++i) {
+      int32_t v;
+      std::memcpy(&v, arr.data.data() + 4 * i, 4);
+      if (v < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": token ", i, " is negative (", v, ")"));
+      }
+      out[i] = static_cast<uint32_t>(v);
+    }
+  } else if (arr.descr == "<i8") {
+    for (size_t i = 0; i < out.size(); ++i) {
+      int64_t v;
+      std::memcpy(&v, arr.data.data() + 8 * i, 8);
+      if (v < 0 || v > int64_t{0xffffffff}) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": token ", i, " = ", v, " is outside [0, 2^32)"));
+      }
+      out[i] = static_cast<uint32_t>(v);
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tokens must be int32 (<i4) or int64 (<i8), got '", arr.descr, "'"));
+  }
+  return out;
+}
+
+// The descriptor of a registered namespace, from Stats. NotFound when the server lacks it.
+absl::StatusOr<NamespaceDescriptor> FindNamespace(const GlobalOptions& g, const Client& c,
+                                                  uint64_t id) {
+  TURBOKV_ASSIGN_OR_RETURN(client::ServerStats stats, c.Stats(Call(g)));
+  for (const client::NamespaceStats& ns : stats.namespaces) {
+    if (ns.namespace_id == id) return ns.descriptor;
+  }
+  return absl::NotFoundError(absl::StrCat("namespace ", client::FormatNamespaceId(id),
+                                          " is not registered on the server"));
+}
+
+// The npy descr that holds raw values of `dtype` (bf16 travels as uint16).
+const char* NpyDescr(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kBFloat16:
+      return "<u2";
+    default:
+      return "<f2";
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> HashTokens(const NamespaceDescriptor& d, uint64_t id,
+                                                    absl::Span<const uint32_t> tokens) {
+  return client::PrefixHasher(id).BlockHashes(tokens, static_cast<int>(d.block_tokens));
+}
+
+struct NsRegisterArgs {
+  NamespaceDescriptor d;
+  std::string dtype = "fp16";
+  std::string preset;
+};
+
+absl::Status RunNsRegister(const GlobalOptions& g, const Client& c, NsRegisterArgs a) {
+  TURBOKV_ASSIGN_OR_RETURN(a.d.dtype, client::ParseDType(a.dtype));
+  a.d.codec.preset = a.preset;
+  TURBOKV_ASSIGN_OR_RETURN(client::NamespaceInfo info, c.RegisterNamespace(a.d, Call(g)));
+  JsonObject o;
+  o.Add("namespace_id", client::FormatNamespaceId(info.namespace_id))
+      .Add("created", info.created)
+      .Add("raw_block_bytes", info.raw_block_bytes)
+      .Add("packed_block_bytes", info.packed_block_bytes)
+      .Add("bits_per_value", info.bits_per_value)
+      .Add("compression_ratio", info.packed_block_bytes
+                                    ? double(info.raw_block_bytes) / info.packed_block_bytes
+                                    : 0.0);
+  Emit(g, o);
+  return absl::OkStatus();
+}
+
+struct PutArgs {
+  std::string ns, kv, tokens;
+};
+
+absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
+  TURBOKV_ASSIGN_OR_RETURN(uint64_t id, client::ParseNamespaceId(a.ns));
+  TURBOKV_ASSIGN_OR_RETURN(NamespaceDescriptor d, FindNamespace(g, c, id));
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<uint32_t> tokens, LoadTokens(a.tokens));
+  TURBOKV_ASSIGN_OR_RETURN(NpyArray kv, ReadNpy(a.kv));
+  if (kv.descr != NpyDescr(d.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        a.kv, ": dtype '", kv.descr, "' does not match the namespace dtype ",
+        client::DTypeName(d.dtype), " (expected '", NpyDescr(d.dtype), "')"));
+  }
+  const std::vector<uint64_t> want = {d.num_layers, 2, tokens.size(), d.num_kv_heads,
+                                      d.head_dim};
+  if (kv.shape != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        a.kv, ": shape (", absl::StrJoin(kv.shape, ", "), ") is not [num_layers][2][T]"
+        "[num_kv_heads][head_dim] = (", absl::StrJoin(want, ", "), ") with T = ",
+        tokens.size(), " tokens"));
+  }
+  const KvShape seq{d.num_layers, tokens.size(), d.num_kv_heads, d.head_dim,
+                    client::DTypeSize(d.dtype)};
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string> blocks,
+                           SplitBlocks(kv.data, seq, d.block_tokens));
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string> hashes, HashTokens(d, id, tokens));
+  const uint64_t dropped = tokens.size() % d.block_tokens;
+  if (dropped != 0 && !g.json) {
+    std::cerr << "turbokv: note: the trailing " << dropped << " tokens do not fill a block of "
+              << d.block_tokens << " and are not stored" << std::endl;
+  }
+  uint64_t stored = 0, stored_bytes = 0, logical_bytes = 0;
+  absl::Status first_failure;
+  for (size_t begin = 0; begin < blocks.size(); begin += kBlocksPerCall) {
+    const size_t end = std::min(blocks.size(), begin + kBlocksPerCall);
+    std::vector<absl::Span<const uint8_t>> spans;
+    for (size_t i = begin; i < end; ++i) {
+      spans.push_back(absl::Span<const uint8_t>(
+          reinterpret_cast<const uint8_t*>(blocks[i].data()), blocks[i].size()));
+    }
+    TURBOKV_ASSIGN_OR_RETURN(
+        std::vector<client::BlockPutResult> res,
+        c.PutBlocks(id, absl::MakeConstSpan(hashes).subspan(begin, end - begin), spans,
+                    client::Encoding::kRaw, Call(g)));
+    for (size_t i = 0; i < res.size(); ++i) {
+      if (res[i].status.ok()) {
+        ++stored;
+        stored_bytes += res[i].stored_bytes;
+        logical_bytes += blocks[begin + i].size();
+      } else if (first_failure.ok()) {
+        first_failure = absl::Status(
+            res[i].status.code(),
+            absl::StrCat("block ", begin + i, ": ", res[i].status.message()));
+      }
+    }
+  }
+  JsonObject o;
+  o.Add("namespace_id", client::FormatNamespaceId(id))
+      .Add("tokens", uint64_t{tokens.size()})
+      .Add("blocks_sent", uint64_t{blocks.size()})
+      .Add("blocks_stored", stored)
+      .Add("dropped_tokens", dropped)
+      .Add("logical_bytes", logical_bytes)
+      .Add("stored_bytes", stored_bytes)
+      .Add("compression_ratio", stored_bytes ? double(logical_bytes) / stored_bytes : 0.0);
+  Emit(g, o);
+  if (!first_failure.ok()) {
+    return absl::Status(first_failure.code(),
+                        absl::StrCat(blocks.size() - stored, " of ", blocks.size(),
+                                     " blocks were not stored; first: ",
+                                     first_failure.message()));
+  }
+  return absl::OkStatus();
+}
+
+struct LookupArgs {
+  std::string ns, tokens;
+  uint32_t lease_seconds = 0;
+};
+
+absl::Status RunLookup(const GlobalOptions& g, const Client& c, const LookupArgs& a) {
+  TURBOKV_ASSIGN_OR_RETURN(uint64_t id, client::ParseNamespaceId(a.ns));
+  TURBOKV_ASSIGN_OR_RETURN(NamespaceDescriptor d, FindNamespace(g, c, id));
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<uint32_t> tokens, LoadTokens(a.tokens));
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string> hashes, HashTokens(d, id, tokens));
+  TURBOKV_ASSIGN_OR_RETURN(client::LookupResult r,
+                           c.Lookup(id, hashes, a.lease_seconds, Call(g)));
+  JsonObject o;
+  o.Add("namespace_id", client::FormatNamespaceId(id))
+      .Add("chain_blocks", uint64_t{hashes.size()})
+      .Add("matched_blocks", r.matched_blocks)
+      .Add("matched_tokens", r.matched_tokens);
+  Emit(g, o);
+  return absl::OkStatus();
+}
+
+struct GetArgs {
+  std::string ns, tokens, out, dtype, layers;
+  bool packed = false;
+};
+
+absl::Status RunGet(const GlobalOptions& g, const Client& c, const GetArgs& a) {
+  TURBOKV_ASSIGN_OR_RETURN(uint64_t id, client::ParseNamespaceId(a.ns));
+  TURBOKV_ASSIGN_OR_RETURN(NamespaceDescriptor d, FindNamespace(g, c, id));
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<uint32_t> tokens, LoadTokens(a.tokens));
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string> hashes, HashTokens(d, id, tokens));
+  client::GetOptions opt;
+  opt.encoding = a.packed ? client::Encoding::kPacked : client::Encoding::kRaw;
+  if (!a.dtype.empty()) {
+    if (a.packed) return absl::InvalidArgumentError("--dtype does not apply to --packed");
+    TURBOKV_ASSIGN_OR_RETURN(opt.dtype, client::ParseDType(a.dtype));
+  }
+  if (!a.layers.empty()) {
+    if (a.packed) return absl::InvalidArgumentError("--layers does not apply to --packed");
+    std::vector<std::string> parts = absl::StrSplit(a.layers, ':');
+    uint32_t begin = 0, end = d.num_layers;
+    if (parts.size() != 2 || (!parts[0].empty() && !absl::SimpleAtoi(parts[0], &begin)) ||
+        (!parts[1].empty() && !absl::SimpleAtoi(parts[1], &end)) || begin >= end ||
+        end > d.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("--layers \"", a.layers,
+                                                     "\" is not A:B with 0 <= A < B <= ",
+                                                     d.num_layers));
+    }
+    opt.layer_begin = begin;
+    opt.layer_end = end;
+  }
+  TURBOKV_ASSIGN_OR_RETURN(client::LookupResult m,
+                           c.Lookup(id, hashes, kGetLeaseSeconds, Call(g)));
+  // Fetch the matched prefix; a block evicted between Lookup and GetBlocks ends the prefix.
+  std::vector<std::string> blocks;
+  DType dtype = opt.dtype == DType::kUnspecified ? d.dtype : opt.dtype;
+  bool gap = false;
+  for (size_t begin = 0; begin < m.matched_blocks && !gap; begin += kBlocksPerCall) {
+    const size_t end = std::min<size_t>(m.matched_blocks, begin + kBlocksPerCall);
+    TURBOKV_ASSIGN_OR_RETURN(
+        client::GetBlocksResult r,
+        c.GetBlocks(id, absl::MakeConstSpan(hashes).subspan(begin, end - begin), opt, Call(g)));
+    if (!a.packed && r.dtype != DType::kUnspecified) dtype = r.dtype;
+    for (auto& b : r.blocks) {
+      if (!b) {
+        gap = true;
+        break;
+      }
+      blocks.push_back(std::move(*b));
+    }
+  }
+  NpyArray out;
+  const uint64_t n = blocks.size();
+  if (a.packed) {
+    // All packed blocks of a namespace have the same size: one uint8 [n][packed_bytes] array.
+    const uint64_t p = n ? blocks[0].size() : 0;
+    for (const std::string& b : blocks) {
+      if (b.size() != p) {
+        return absl::DataLossError("packed blocks of one namespace differ in size");
+      }
+      out.data += b;
+    }
+    out.descr = "|u1";
+    out.shape = {n, p};
+  } else {
+    const uint64_t layers = (opt.layer_end ? opt.layer_end : d.num_layers) - opt.layer_begin;
+    const KvShape block{layers, d.block_tokens, d.num_kv_heads, d.head_dim,
+                        client::DTypeSize(dtype)};
+    TURBOKV_ASSIGN_OR_RETURN(out.data, JoinBlocks(blocks, block));
+    out.descr = NpyDescr(dtype);
+    out.shape = {layers, 2, n * d.block_tokens, d.num_kv_heads, d.head_dim};
+  }
+  TURBOKV_RETURN_IF_ERROR(WriteNpy(a.out, out));
+  JsonObject o;
+  o.Add("namespace_id", client::FormatNamespaceId(id))
+      .Add("chain_blocks", uint64_t{hashes.size()})
+      .Add("matched_blocks", n)
+      .Add("matched_tokens", n * d.block_tokens)
+      .Add("encoding", a.packed ? "packed" : "raw")
+      .Add("dtype", a.packed ? "uint8" : client::DTypeName(dtype))
+      .Add("shape", absl::StrCat("[", absl::StrJoin(out.shape, ","), "]"))
+      .Add("bytes", uint64_t{out.data.size()})
+      .Add("out", a.out);
+  Emit(g, o);
+  return absl::OkStatus();
+}
+
+absl::Status RunStats(const GlobalOptions& g, const Client& c) {
+  TURBOKV_ASSIGN_OR_RETURN(client::ServerStats s, c.Stats(Call(g)));
+  JsonObject o;
+  o.Add("version", s.version)
+      .Add("codec_backend", s.codec_backend)
+      .Add("durability", s.durability)
+      .Add("capacity_bytes", s.capacity_bytes)
+      .Add("used_bytes", s.used_bytes)
+      .Add("blocks", s.blocks)
+      .Add("logical_bytes", s.logical_bytes)
+      .Add("compression_ratio", s.used_bytes ? double(s.logical_bytes) / s.used_bytes : 0.0)
+      .Add("evicted_blocks", s.evicted_blocks)
+      .Add("checksum_failures", s.checksum_failures);
+  std::vector<std::string> nss;
+  for (const client::NamespaceStats& ns : s.namespaces) {
+    JsonObject n;
+    n.Add("namespace_id", client::FormatNamespaceId(ns.namespace_id))
+        .Add("model", ns.descriptor.model)
+        .Add("dtype", client::DTypeName(ns.descriptor.dtype))
+        .Add("num_layers", ns.descriptor.num_layers)
+        .Add("num_kv_heads", ns.descriptor.num_kv_heads)
+        .Add("head_dim", ns.descriptor.head_dim)
+        .Add("block_tokens", ns.descriptor.block_tokens)
+        .Add("blocks", ns.blocks)
+        .Add("stored_bytes", ns.stored_bytes)
+        .Add("logical_bytes", ns.logical_bytes);
+    nss.push_back(n.Dump());
+  }
+  o.AddRawArray("namespaces", nss);
+  Emit(g, o);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void Emit(const GlobalOptions& g, const JsonObject& obj) {
+  if (g.json) {
+    std::cout << obj.Dump() << std::endl;
+  } else {
+    std::cout << obj.Human() << std::flush;
+  }
+}
+
+void AddNamespaceCommands(CLI::App& app, Action* action) {
+  CLI::App* ns = app.add_subcommand("ns", "namespace commands");
+  ns->require_subcommand(1);
+  CLI::App* reg = ns->add_subcommand("register", "register (or find) a namespace");
+  auto a = std::make_shared<NsRegisterArgs>();
+  reg->add_option("--model", a->d.model, "model id")->required();
+  reg->add_option("--model-revision", a->d.model_revision, "weights revision");
+  reg->add_option("--num-layers", a->d.num_layers)->required();
+  reg->add_option("--num-kv-heads", a->d.num_kv_heads)->required();
+  reg->add_option("--head-dim", a->d.head_dim)->required();
+  reg->add_option("--block-tokens", a->d.block_tokens)->required();
+  reg->add_option("--dtype", a->dtype, "fp16, bf16 or fp32")->capture_default_str();
+  reg->add_option("--preset", a->preset, "codec preset (empty: the server default)");
+  reg->add_option("--tp-rank", a->d.tp_rank);
+  reg->add_option("--tp-size", a->d.tp_size);
+  reg->add_option("--cache-salt", a->d.cache_salt);
+  reg->add_option("--ttl-seconds", a->d.ttl_seconds);
+  reg->callback([a, action] {
+    *action = [a](const GlobalOptions& g, const Client& c) { return RunNsRegister(g, c, *a); };
+  });
+}
+
+void AddPutCommand(CLI::App& app, Action* action) {
+  CLI::App* put = app.add_subcommand(
+      "put", "store the full blocks of a KV tensor [L][2][T][H][D] under its token prefix");
+  auto a = std::make_shared<PutArgs>();
+  put->add_option("--namespace", a->ns, "namespace id (16 hex digits)")->required();
+  put->add_option("--kv", a->kv, "KV.npy [num_layers][2][T][num_kv_heads][head_dim]")
+      ->required()
+      ->check(CLI::ExistingFile);
+  put->add_option("--tokens", a->tokens, "TOKENS.npy int32/int64 [T]")
+      ->required()
+      ->check(CLI::ExistingFile);
+  put->callback([a, action] {
+    *action = [a](const GlobalOptions& g, const Client& c) { return RunPut(g, c, *a); };
+  });
+}
+
+void AddLookupCommand(CLI::App& app, Action* action) {
+  CLI::App* lk = app.add_subcommand("lookup", "how many leading blocks of a prompt are stored");
+  auto a = std::make_shared<LookupArgs>();
+  lk->add_option("--namespace", a->ns, "namespace id (16 hex digits)")->required();
+  lk->add_option("--tokens", a->tokens, "TOKENS.npy int32/int64 [T]")
+      ->required()
+      ->check(CLI::ExistingFile);
+  lk->add_option("--lease-seconds", a->lease_seconds, "pin the matched blocks this long");
+  lk->callback([a, action] {
+    *action = [a](const GlobalOptions& g, const Client& c) { return RunLookup(g, c, *a); };
+  });
+}
+
+void AddGetCommand(CLI::App& app, Action* action) {
+  CLI::App* get = app.add_subcommand(
+      "get",
+      "fetch the stored prefix of a prompt: OUT.npy [L][2][matched_tokens][H][D] (bf16 as "
+      "uint16), or with --packed a uint8 [matched_blocks][packed_block_bytes] array");
+  auto a = std::make_shared<GetArgs>();
+  get->add_option("--namespace", a->ns, "namespace id (16 hex digits)")->required();
+  get->add_option("--tokens", a->tokens, "TOKENS.npy int32/int64 [T]")
+      ->required()
+      ->check(CLI::ExistingFile);
+  get->add_option("--out", a->out, "output .npy path")->required();
+  get->add_flag("--packed", a->packed, "fetch packed blocks as stored");
+  get->add_option("--dtype", a->dtype, "output dtype fp16|bf16|fp32 (default: namespace's)");
+  get->add_option("--layers", a->layers, "layer range A:B (half-open)");
+  get->callback([a, action] {
+    *action = [a](const GlobalOptions& g, const Client& c) { return RunGet(g, c, *a); };
+  });
+}
+
+void AddStatsCommand(CLI::App& app, Action* action) {
+  CLI::App* st = app.add_subcommand("stats", "server and per-namespace statistics");
+  st->callback([action] { *action = RunStats; });
+}
+
+}  // namespace turbokv::cli

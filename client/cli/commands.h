@@ -1,0 +1,38 @@
+// Subcommands of the `turbokv` CLI. Each Add*Command registers a CLI11 subcommand whose
+// callback stores the action to run into *action; main() connects and runs it.
+#ifndef TURBOKV_CLIENT_CLI_COMMANDS_H_
+#define TURBOKV_CLIENT_CLI_COMMANDS_H_
+
+#include <functional>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "json_writer.h"
+#include "turbokv/client/client.h"
+
+namespace turbokv::cli {
+
+// Flags given before the subcommand.
+struct GlobalOptions {
+  std::string server = "127.0.0.1:50051";  // HOST:PORT
+  bool json = false;                        // one JSON object per command on stdout
+  double timeout_seconds = 60;              // per RPC, retries included
+};
+
+// Runs a command against a connected client.
+using Action = std::function<absl::Status(const GlobalOptions&, const client::Client&)>;
+
+void AddNamespaceCommands(CLI::App& app, Action* action);  // ns register
+void AddPutCommand(CLI::App& app, Action* action);
+void AddLookupCommand(CLI::App& app, Action* action);
+void AddGetCommand(CLI::App& app, Action* action);
+void AddStatsCommand(CLI::App& app, Action* action);
+void AddBenchCommand(CLI::App& app, Action* action);  // bench_command.cc
+
+// Prints `obj` as one JSON line (--json) or as "key: value" lines.
+void Emit(const GlobalOptions& g, const JsonObject& obj);
+
+}  // namespace turbokv::cli
+
+#endif  // TURBOKV_CLIENT_CLI_COMMANDS_H_

@@ -1,0 +1,68 @@
+// turbokv — command-line client of the turbokv service. See `turbokv --help`.
+//
+// Exit status: 0 success; 1 an RPC or local error (printed to stderr as
+// "turbokv: error: <GRPC_CODE_NAME>: <message>", or as {"error": {...}} with --json);
+// 2 bad command line.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "commands.h"
+#include "json_writer.h"
+
+namespace {
+
+int Fail(const turbokv::cli::GlobalOptions& g, const absl::Status& st) {
+  const std::string code = absl::StatusCodeToString(st.code());
+  if (g.json) {
+    turbokv::cli::JsonObject err;
+    err.Add("code", code).Add("message", st.message());
+    std::cerr << turbokv::cli::JsonObject().Add("error", err).Dump() << std::endl;
+  } else {
+    std::cerr << "turbokv: error: " << code << ": " << st.message() << std::endl;
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using turbokv::cli::Action;
+  using turbokv::cli::GlobalOptions;
+  CLI::App app{"turbokv: command-line client of the turbokv KV-cache store"};
+  app.require_subcommand(1);
+  GlobalOptions g;
+  if (const char* env = std::getenv("TURBOKV_SERVER"); env != nullptr && *env) g.server = env;
+  app.add_option("--server", g.server, "server address HOST:PORT (env TURBOKV_SERVER)")
+      ->capture_default_str();
+  app.add_flag("--json", g.json, "print one JSON object per command");
+  app.add_option("--timeout", g.timeout_seconds, "deadline of each RPC in seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+
+  Action action;
+  turbokv::cli::AddNamespaceCommands(app, &action);
+  turbokv::cli::AddPutCommand(app, &action);
+  turbokv::cli::AddLookupCommand(app, &action);
+  turbokv::cli::AddGetCommand(app, &action);
+  turbokv::cli::AddStatsCommand(app, &action);
+  turbokv::cli::AddBenchCommand(app, &action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (!action) return 2;
+
+  turbokv::client::ClientOptions options;
+  options.timeout = absl::Seconds(g.timeout_seconds);
+  absl::StatusOr<std::unique_ptr<turbokv::client::Client>> client =
+      turbokv::client::Client::Connect(g.server, options);
+  if (!client.ok()) return Fail(g, client.status());
+  absl::Status st = action(g, **client);
+  if (!st.ok()) return Fail(g, st);
+  return 0;
+}

@@ -1,0 +1,338 @@
+#include "turbokv/client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "chunking.h"
+#include "convert.h"
+#include "turbokv/codec/status_macros.h"
+#include "turbokv/v1/turbokv.grpc.pb.h"
+
+namespace turbokv::client {
+
+namespace v1 = ::turbokv::v1;
+using internal::FromGrpc;
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat32:
+      return 4;
+    case DType::kUnspecified:
+      break;
+  }
+  return 0;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat32:
+      return "fp32";
+    case DType::kUnspecified:
+      break;
+  }
+  return "unspecified";
+}
+
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "fp16" || n == "float16" || n == "f16") return DType::kFloat16;
+  if (n == "bf16" || n == "bfloat16") return DType::kBFloat16;
+  if (n == "fp32" || n == "float32" || n == "f32") return DType::kFloat32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", name, "\"; expected fp16, bf16 or fp32"));
+}
+
+uint64_t NamespaceDescriptor::values_per_block() const {
+  return uint64_t{num_layers} * 2 * block_tokens * num_kv_heads * head_dim;
+}
+
+uint64_t NamespaceDescriptor::raw_block_bytes() const {
+  return values_per_block() * DTypeSize(dtype);
+}
+
+absl::Status ClientOptions::Validate() const {
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeout must be positive");
+  }
+  if (max_attempts < 1 || max_attempts > 10) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts ", max_attempts, " is outside [1, 10]"));
+  }
+  if (initial_backoff < absl::ZeroDuration() || max_backoff < initial_backoff) {
+    return absl::InvalidArgumentError("need 0 <= initial_backoff <= max_backoff");
+  }
+  if (backoff_multiplier < 1.0) {
+    return absl::InvalidArgumentError("backoff_multiplier must be >= 1");
+  }
+  if (max_chunk_bytes < 1024 || max_chunk_bytes > (size_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_chunk_bytes ", max_chunk_bytes, " is outside [1024, 1048576]"));
+  }
+  if (max_receive_message_bytes < (2 << 20)) {
+    return absl::InvalidArgumentError("max_receive_message_bytes must be >= 2 MiB");
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatNamespaceId(uint64_t namespace_id) {
+  return absl::StrFormat("%016x", namespace_id);
+}
+
+absl::StatusOr<uint64_t> ParseNamespaceId(absl::string_view text) {
+  absl::string_view t = text;
+  if (absl::StartsWith(t, "0x") || absl::StartsWith(t, "0X")) t.remove_prefix(2);
+  uint64_t id = 0;
+  if (t.empty() || t.size() > 16 || !absl::SimpleHexAtoi(t, &id) ||
+      !std::all_of(t.begin(), t.end(), [](char c) { return absl::ascii_isxdigit(c); })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace id \"", text, "\" is not 1..16 hex digits"));
+  }
+  return id;
+}
+
+struct Client::Impl {
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::TurboKV::Stub> stub;
+
+  absl::Time Deadline(const CallOptions& call) const {
+    return absl::Now() +
+           (call.timeout > absl::ZeroDuration() ? call.timeout : options.timeout);
+  }
+
+  // Runs `attempt(context)` until it returns anything but UNAVAILABLE, attempts run out, or
+  // the next backoff would end past the deadline. Each attempt gets a fresh context carrying
+  // the call's deadline.
+  template <typename Attempt>
+  absl::Status Retry(absl::Time deadline, Attempt&& attempt) const {
+    thread_local std::minstd_rand rng(std::random_device{}());
+    absl::Duration backoff = options.initial_backoff;
+    absl::Status status;
+    for (int i = 1;; ++i) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(deadline));
+      status = attempt(&context);
+      if (status.code() != absl::StatusCode::kUnavailable || i >= options.max_attempts) break;
+      std::uniform_real_distribution<double> jitter(0.8, 1.2);
+      const absl::Duration sleep = backoff * jitter(rng);
+      if (absl::Now() + sleep >= deadline) break;
+      absl::SleepFor(sleep);
+      backoff = std::min(backoff * options.backoff_multiplier, options.max_backoff);
+    }
+    return status;
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+const ClientOptions& Client::options() const { return impl_->options; }
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
+                                                         const ClientOptions& options) {
+  if (target.empty()) return absl::InvalidArgumentError("empty server target");
+  TURBOKV_RETURN_IF_ERROR(options.Validate());
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  // Our own retry loop handles UNAVAILABLE; gRPC's built-in retries would multiply attempts.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  impl->stub = v1::TurboKV::NewStub(impl->channel);
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+absl::StatusOr<NamespaceInfo> Client::RegisterNamespace(const NamespaceDescriptor& descriptor,
+                                                        const CallOptions& call) const {
+  v1::RegisterNamespaceRequest req;
+  internal::ToProto(descriptor, req.mutable_namespace_descriptor());
+  v1::RegisterNamespaceResponse resp;
+  TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
+    return FromGrpc(impl_->stub->RegisterNamespace(ctx, req, &resp));
+  }));
+  NamespaceInfo info;
+  info.namespace_id = resp.namespace_id();
+  info.created = resp.created();
+  info.descriptor = internal::FromProto(resp.namespace_descriptor());
+  info.raw_block_bytes = resp.raw_block_bytes();
+  info.packed_block_bytes = resp.packed_block_bytes();
+  info.bits_per_value = resp.bits_per_value();
+  return info;
+}
+
+absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
+    uint64_t namespace_id, absl::Span<const std::string> hashes,
+    absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
+    const CallOptions& call) const {
+  if (hashes.size() != blocks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("PutBlocks got ", hashes.size(),
+                                                   " hashes but ", blocks.size(), " blocks"));
+  }
+  if (blocks.empty()) return std::vector<BlockPutResult>{};
+  v1::PutBlocksResponse resp;
+  TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
+    resp.Clear();
+    std::unique_ptr<grpc::ClientWriter<v1::PutBlocksRequest>> writer =
+        impl_->stub->PutBlocks(ctx, &resp);
+    v1::PutBlocksRequest req;
+    req.set_namespace_id(namespace_id);
+    req.set_encoding(static_cast<v1::Encoding>(encoding));
+    bool open = true;
+    for (size_t i = 0; i < blocks.size() && open; ++i) {
+      const absl::Span<const uint8_t> block = blocks[i];
+      req.set_block_hash(hashes[i]);
+      req.set_block_bytes(block.size());
+      for (const internal::ChunkRange& c :
+           internal::SplitIntoChunks(block.size(), impl_->options.max_chunk_bytes)) {
+        req.set_offset(c.offset);
+        req.set_data(reinterpret_cast<const char*>(block.data()) + c.offset, c.size);
+        // A failed write means the stream is broken; Finish() reports why.
+        if (!writer->Write(req)) {
+          open = false;
+          break;
+        }
+      }
+    }
+    if (open) writer->WritesDone();
+    return FromGrpc(writer->Finish());
+  }));
+  if (static_cast<size_t>(resp.results_size()) != blocks.size()) {
+    return absl::InternalError(absl::StrCat("PutBlocks returned ", resp.results_size(),
+                                            " results for ", blocks.size(), " blocks"));
+  }
+  std::vector<BlockPutResult> out;
+  out.reserve(blocks.size());
+  for (v1::BlockResult& r : *resp.mutable_results()) {
+    BlockPutResult b;
+    b.block_hash = std::move(*r.mutable_block_hash());
+    b.status = absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
+    b.stored_bytes = r.stored_bytes();
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+absl::StatusOr<LookupResult> Client::Lookup(uint64_t namespace_id,
+                                            absl::Span<const std::string> hashes,
+                                            uint32_t lease_seconds,
+                                            const CallOptions& call) const {
+  v1::LookupRequest req;
+  req.set_namespace_id(namespace_id);
+  for (const std::string& h : hashes) req.add_block_hashes(h);
+  req.set_lease_seconds(lease_seconds);
+  v1::LookupResponse resp;
+  TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
+    return FromGrpc(impl_->stub->Lookup(ctx, req, &resp));
+  }));
+  if (resp.matched_blocks() > hashes.size()) {
+    return absl::InternalError(absl::StrCat("Lookup matched ", resp.matched_blocks(),
+                                            " blocks of a chain of ", hashes.size()));
+  }
+  return LookupResult{resp.matched_blocks(), resp.matched_tokens()};
+}
+
+absl::StatusOr<GetBlocksResult> Client::GetBlocks(uint64_t namespace_id,
+                                                  absl::Span<const std::string> hashes,
+                                                  const GetOptions& get,
+                                                  const CallOptions& call) const {
+  GetBlocksResult result;
+  result.encoding = get.encoding;
+  if (hashes.empty()) return result;
+  v1::GetBlocksRequest req;
+  req.set_namespace_id(namespace_id);
+  for (const std::string& h : hashes) req.add_block_hashes(h);
+  req.set_encoding(static_cast<v1::Encoding>(get.encoding));
+  req.set_dtype(static_cast<v1::DType>(get.dtype));
+  req.set_layer_begin(get.layer_begin);
+  req.set_layer_end(get.layer_end);
+  TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
+    internal::BlockAssembler assembler(hashes.size());
+    result.dtype = DType::kUnspecified;
+    std::unique_ptr<grpc::ClientReader<v1::GetBlocksResponse>> reader =
+        impl_->stub->GetBlocks(ctx, req);
+    v1::GetBlocksResponse resp;
+    absl::Status stream_error;
+    while (stream_error.ok() && reader->Read(&resp)) {
+      if (!resp.found()) {
+        stream_error = assembler.AddMissing(resp.index());
+        continue;
+      }
+      if (resp.encoding() != static_cast<v1::Encoding>(get.encoding)) {
+        stream_error = absl::DataLossError(
+            absl::StrCat("GetBlocks block ", resp.index(), " came in encoding ",
+                         resp.encoding(), ", requested ", static_cast<int>(get.encoding)));
+        break;
+      }
+      if (get.encoding == Encoding::kRaw) {
+        const auto dtype = static_cast<DType>(resp.dtype());
+        if (result.dtype == DType::kUnspecified) result.dtype = dtype;
+        if (dtype != result.dtype) {
+          stream_error = absl::DataLossError("GetBlocks returned blocks of different dtypes");
+          break;
+        }
+      }
+      stream_error = assembler.AddChunk(resp.index(), resp.block_bytes(), resp.offset(),
+                                        std::move(*resp.mutable_data()));
+    }
+    if (!stream_error.ok()) {
+      ctx->TryCancel();
+      reader->Finish().IgnoreError();
+      return stream_error;
+    }
+    TURBOKV_RETURN_IF_ERROR(FromGrpc(reader->Finish()));
+    return assembler.Finish(&result.blocks);
+  }));
+  return result;
+}
+
+absl::StatusOr<uint32_t> Client::DeleteBlocks(uint64_t namespace_id,
+                                              absl::Span<const std::string> hashes,
+                                              const CallOptions& call) const {
+  v1::DeleteBlocksRequest req;
+  req.set_namespace_id(namespace_id);
+  for (const std::string& h : hashes) req.add_block_hashes(h);
+  v1::DeleteBlocksResponse resp;
+  TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
+    return FromGrpc(impl_->stub->DeleteBlocks(ctx, req, &resp));
+  }));
+  return resp.deleted_blocks();
+}
+
+absl::StatusOr<uint64_t> Client::DropNamespace(uint64_t namespace_id,
+                                               const CallOptions& call) const {
+  v1::DropNamespaceRequest req;
+  req.set_namespace_id(namespace_id);
+  v1::DropNamespaceResponse resp;
+  TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
+    return FromGrpc(impl_->stub->DropNamespace(ctx, req, &resp));
+  }));
+  return resp.deleted_blocks();
+}
+
+absl::StatusOr<ServerStats> Client::Stats(const CallOptions& call) const {
+  v1::StatsRequest req;
+  v1::StatsResponse resp;
+  TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
+    return FromGrpc(impl_->stub->Stats(ctx, req, &resp));
+  }));
+  return internal::FromProto(resp);
+}
+
+}  // namespace turbokv::client
