@@ -114,8 +114,7 @@ absl::StatusOr<BlockCodec> BlockCodec::Create(const BlockShape& shape, const Cod
 
 absl::StatusOr<BlockCodec> BlockCodec::FromPacked(absl::Span<const uint8_t> packed) {
   TURBOKV_ASSIGN_OR_RETURN(PackedBlockInfo info, ParsePackedBlock(packed));
-  TURBOKV_ASSIGN_OR_RETURN(CodecSpec spec, internal::SpecFromLayerTable(info));
-  return Create(info.shape, spec, info.namespace_id);
+  return Create(info.shape, info.spec, info.namespace_id);
 }
 
 absl::StatusOr<size_t> BlockCodec::DecodedBytes(DType out_dtype, LayerRange range) const {

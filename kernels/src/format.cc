@@ -59,7 +59,14 @@ std::vector<uint8_t> WriteHeader(const BlockCodec& codec) {
   Put16(b, 36, static_cast<uint16_t>(shape.num_kv_heads));
   Put16(b, 38, static_cast<uint16_t>(shape.head_dim));
   b[40] = static_cast<uint8_t>(shape.dtype);
-  Put32(b, 44, static_cast<uint32_t>(b.size()));
+  const CodecSpec& spec = codec.spec();
+  const bool any_protected = spec.protected_first_layers > 0 || spec.protected_last_layers > 0;
+  b[41] = static_cast<uint8_t>(any_protected ? spec.protected_bits : 0);
+  Put16(b, 42, static_cast<uint16_t>(spec.protected_first_layers));
+  Put16(b, 44, static_cast<uint16_t>(spec.protected_last_layers));
+  PutSection(b, 46, spec.key);
+  PutSection(b, 48, spec.value);
+  Put32(b, 52, static_cast<uint32_t>(b.size()));
   size_t at = kFixedHeaderBytes;
   for (const LayerCodec& lc : codec.layers()) {
     PutSection(b, at, lc.key);
@@ -75,34 +82,6 @@ std::vector<uint8_t> WriteHeader(const BlockCodec& codec) {
 }
 
 uint64_t Checksum(absl::Span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
-
-absl::StatusOr<CodecSpec> SpecFromLayerTable(const PackedBlockInfo& info) {
-  const std::vector<LayerCodec>& t = info.layers;
-  const int n = static_cast<int>(t.size());
-  auto same = [](const LayerCodec& a, const LayerCodec& b) { return a.key == b.key && a.value == b.value; };
-  const LayerCodec& base = t[n / 2];
-  int first = 0;
-  while (first < n && !same(t[first], base)) ++first;
-  int last = 0;
-  while (last < n - first && !same(t[n - 1 - last], base)) ++last;
-  CodecSpec spec;
-  spec.key = base.key;
-  spec.value = base.value;
-  spec.norm_correction = info.norm_correction;
-  spec.rotation_seed = info.rotation_seed;
-  spec.qjl_seed = info.qjl_seed;
-  spec.protected_first_layers = first;
-  spec.protected_last_layers = last;
-  if (first > 0 || last > 0) {
-    const LayerCodec& p = first > 0 ? t[0] : t[n - 1];
-    spec.protected_bits = p.key.bits != 0 ? p.key.bits : p.value.bits;
-  }
-  absl::StatusOr<std::vector<LayerCodec>> resolved = ResolveLayerCodecs(spec, info.shape);
-  bool ok = resolved.ok();
-  for (int l = 0; ok && l < n; ++l) ok = same((*resolved)[l], t[l]);
-  if (!ok) return Corrupt("its layer codec table is not one that turbokv writes");
-  return spec;
-}
 
 }  // namespace internal
 
@@ -125,7 +104,7 @@ absl::StatusOr<PackedBlockInfo> ParsePackedBlock(absl::Span<const uint8_t> packe
   }
   const uint16_t flags = internal::Get16(p + 6);
   if (flags & ~internal::kFlagNormCorrection) return Corrupt(absl::StrCat("unknown flags 0x", absl::Hex(flags)));
-  if (p[41] != 0 || p[42] != 0 || p[43] != 0) return Corrupt("reserved header bytes are not zero");
+  if (p[50] != 0 || p[51] != 0) return Corrupt("reserved header bytes are not zero");
   info.norm_correction = (flags & internal::kFlagNormCorrection) != 0;
   info.namespace_id = internal::Get64(p + 8);
   info.rotation_seed = internal::Get64(p + 16);
@@ -136,18 +115,29 @@ absl::StatusOr<PackedBlockInfo> ParsePackedBlock(absl::Span<const uint8_t> packe
   info.shape.head_dim = internal::Get16(p + 38);
   info.shape.dtype = static_cast<DType>(p[40]);
   if (absl::Status s = ValidateShape(info.shape); !s.ok()) return Corrupt(s.message());
+  info.spec.norm_correction = info.norm_correction;
+  info.spec.rotation_seed = info.rotation_seed;
+  info.spec.qjl_seed = info.qjl_seed;
+  info.spec.protected_bits = p[41] == 0 ? 8 : p[41];
+  info.spec.protected_first_layers = internal::Get16(p + 42);
+  info.spec.protected_last_layers = internal::Get16(p + 44);
+  info.spec.key = internal::GetSection(p + 46);
+  info.spec.value = internal::GetSection(p + 48);
+  absl::StatusOr<std::vector<LayerCodec>> resolved = ResolveLayerCodecs(info.spec, info.shape);
+  if (!resolved.ok()) return Corrupt(resolved.status().message());
+  if ((info.spec.protected_first_layers > 0 || info.spec.protected_last_layers > 0) != (p[41] != 0)) {
+    return Corrupt("protected_bits and the protected layer counts disagree");
+  }
   const int layers = info.shape.num_layers;
   info.header_bytes = internal::HeaderBytes(layers);
-  if (internal::Get32(p + 44) != info.header_bytes) {
-    return Corrupt(absl::StrCat("header_bytes is ", internal::Get32(p + 44), "; expected ",
+  if (internal::Get32(p + 52) != info.header_bytes) {
+    return Corrupt(absl::StrCat("header_bytes is ", internal::Get32(p + 52), "; expected ",
                                 info.header_bytes, " for ", layers, " layers"));
   }
   if (size < info.header_bytes + internal::kChecksumBytes) {
     return Corrupt(absl::StrCat("it is ", size, " bytes; its header alone needs ",
                                 info.header_bytes + internal::kChecksumBytes));
   }
-  BlockShape one_layer = info.shape;
-  one_layer.num_layers = 1;
   info.layers.resize(layers);
   const size_t vectors = info.shape.vectors_per_section();
   size_t expected = info.header_bytes;
@@ -158,11 +148,8 @@ absl::StatusOr<PackedBlockInfo> ParsePackedBlock(absl::Span<const uint8_t> packe
     LayerCodec& lc = info.layers[l];
     lc.key = internal::GetSection(table + 4 * l);
     lc.value = internal::GetSection(table + 4 * l + 2);
-    CodecSpec check;
-    check.key = lc.key;
-    check.value = lc.value;
-    if (absl::Status s = ResolveLayerCodecs(check, one_layer).status(); !s.ok()) {
-      return Corrupt(absl::StrCat("layer ", l, ": ", s.message()));
+    if (lc.key != (*resolved)[l].key || lc.value != (*resolved)[l].value) {
+      return Corrupt(absl::StrCat("layer ", l, " codec table entry disagrees with the header's codec"));
     }
     info.layer_offsets[l] = internal::Get32(offsets + 4 * l);
     if (info.layer_offsets[l] != expected) {

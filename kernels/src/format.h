@@ -14,7 +14,7 @@ namespace turbokv::codec::internal {
 
 inline constexpr uint8_t kMagic[4] = {'T', 'K', 'V', 'B'};
 inline constexpr uint16_t kFormatVersion = 1;
-inline constexpr size_t kFixedHeaderBytes = 48;
+inline constexpr size_t kFixedHeaderBytes = 56;
 inline constexpr size_t kChecksumBytes = 8;
 inline constexpr size_t kMaxPackedBytes = 0xFFFFFFFFu;  // offsets are uint32
 inline constexpr uint16_t kFlagNormCorrection = 1u << 0;
@@ -30,9 +30,6 @@ std::vector<uint8_t> WriteHeader(const BlockCodec& codec);
 // xxHash3-64 (seed 0) of `bytes`.
 uint64_t Checksum(absl::Span<const uint8_t> bytes);
 
-// The CodecSpec that resolves to exactly the header's layer table (protected first/last
-// layers recognized); DataLoss when no spec does (turbokv never writes such a table).
-absl::StatusOr<CodecSpec> SpecFromLayerTable(const PackedBlockInfo& info);
 
 }  // namespace turbokv::codec::internal
 

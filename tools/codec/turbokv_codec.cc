@@ -276,14 +276,15 @@ int RunEval(const EvalArgs& a) {
     std::printf(
         "{\"source\": \"%s\", \"config\": \"%s\", \"norm_correction\": %s, \"vectors\": %zu, "
         "\"head_dim\": %d, \"blocks\": %zu, \"block_shape\": [%d, 2, %d, %d, %d], "
-        "\"rel_mse\": %.6g, \"rel_mse_k\": %.6g, \"rel_mse_v\": %.6g, \"theory_g_mse_k\": %.6g, "
+        "\"rel_mse\": %.6g, \"rel_mse_k\": %.6g, \"rel_mse_v\": %.6g, \"theory_g_mse_k\": %s, "
         "\"mean_cosine\": %.6f, \"bpv\": %.6f, \"packed_block_bytes\": %zu, "
         "\"raw_block_bytes\": %zu, \"compression_ratio\": %.4f, \"isa\": \"%s\", "
         "\"encode_gbps\": %.3f, \"decode_gbps\": %.3f, \"memcpy_gbps\": %.3f, "
         "\"zstd1_gbps\": %.3f, \"zstd1_ratio\": %.4f}\n",
         a.source.c_str(), config.c_str(), spec.norm_correction ? "true" : "false", q.vectors,
         w->shape.head_dim, n, w->shape.num_layers, w->shape.block_tokens, w->shape.num_kv_heads,
-        w->shape.head_dim, rel_mse, q.err[0] / q.ref[0], q.err[1] / q.ref[1], theory_k,
+        w->shape.head_dim, rel_mse, q.err[0] / q.ref[0], q.err[1] / q.ref[1],
+        std::isnan(theory_k) ? "null" : absl::StrFormat("%.6g", theory_k).c_str(),
         q.cos_sum / q.vectors, bpv, c->packed_bytes(), c->raw_bytes(),
         static_cast<double>(c->raw_bytes()) / c->packed_bytes(), isa_name.c_str(), gb / t_enc,
         gb / t_dec, gb / t_memcpy, gb / t_zstd, raw_bytes / zstd_bytes);

@@ -43,7 +43,8 @@ struct PackedBlockInfo {
   bool norm_correction = true;
   uint64_t rotation_seed = 0;
   uint64_t qjl_seed = 0;
-  std::vector<LayerCodec> layers;     // one per layer
+  CodecSpec spec;                     // the codec as written (seeds, protection, K/V codecs)
+  std::vector<LayerCodec> layers;     // one per layer (consistent with spec)
   size_t header_bytes = 0;            // bytes before the first layer section
   std::vector<uint32_t> layer_offsets;  // num_layers + 1 offsets, from the start of the block
   size_t total_bytes = 0;             // whole block including the 8-byte checksum
