@@ -1,0 +1,173 @@
+#include "server/metrics/metrics.h"
+
+#include "prometheus/family.h"
+
+namespace turbokv::server {
+namespace {
+
+constexpr const char* kMethodNames[kNumRpcMethods] = {
+    "RegisterNamespace", "PutBlocks", "Lookup", "GetBlocks",
+    "DeleteBlocks",      "DropNamespace", "Stats"};
+constexpr const char* kCodeNames[kNumStatusCodes] = {
+    "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",       "DATA_LOSS",
+    "UNAUTHENTICATED"};
+constexpr const char* kCodecOpNames[kNumCodecOps] = {"encode", "decode", "verify"};
+
+int CodeIndex(absl::StatusCode code) {
+  const int c = static_cast<int>(code);
+  return c >= 0 && c < kNumStatusCodes ? c : static_cast<int>(absl::StatusCode::kUnknown);
+}
+
+// RPC latency buckets, 100 us .. 10 s.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,   0.1,     0.25,   0.5,   1.0,    2.5,   5.0,  10.0};
+}
+
+void Advance(prometheus::Counter* counter, uint64_t total, uint64_t* seen) {
+  if (total > *seen) counter->Increment(static_cast<double>(total - *seen));
+  *seen = total;
+}
+
+}  // namespace
+
+const char* RpcMethodName(RpcMethod method) { return kMethodNames[static_cast<int>(method)]; }
+
+const char* StatusCodeName(absl::StatusCode code) { return kCodeNames[CodeIndex(code)]; }
+
+Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backend,
+                 uint64_t capacity_bytes) {
+  auto& requests = prometheus::BuildCounter()
+                       .Name("turbokv_rpc_requests_total")
+                       .Help("RPCs handled, by method and gRPC status code")
+                       .Register(registry);
+  auto& duration = prometheus::BuildHistogram()
+                       .Name("turbokv_rpc_duration_seconds")
+                       .Help("RPC handling time from the handler's start to Finish")
+                       .Register(registry);
+  for (int m = 0; m < kNumRpcMethods; ++m) {
+    for (int c = 0; c < kNumStatusCodes; ++c) {
+      rpc_requests_[m][c] = &requests.Add({{"method", kMethodNames[m]}, {"code", kCodeNames[c]}});
+    }
+    rpc_duration_[m] = &duration.Add({{"method", kMethodNames[m]}}, LatencyBuckets());
+  }
+
+  auto& lookup_blocks = prometheus::BuildCounter()
+                            .Name("turbokv_lookup_blocks_total")
+                            .Help("Blocks asked for by Lookup: hit = in the matched prefix")
+                            .Register(registry);
+  lookup_blocks_hit_ = &lookup_blocks.Add({{"result", "hit"}});
+  lookup_blocks_miss_ = &lookup_blocks.Add({{"result", "miss"}});
+  auto& lookup_tokens = prometheus::BuildCounter()
+                            .Name("turbokv_lookup_tokens_total")
+                            .Help("Tokens asked for by Lookup: hit = in the matched prefix")
+                            .Register(registry);
+  lookup_tokens_hit_ = &lookup_tokens.Add({{"result", "hit"}});
+  lookup_tokens_miss_ = &lookup_tokens.Add({{"result", "miss"}});
+
+  auto& put = prometheus::BuildCounter()
+                  .Name("turbokv_put_blocks_total")
+                  .Help("Blocks received by PutBlocks, by per-block result code")
+                  .Register(registry);
+  for (int c = 0; c < kNumStatusCodes; ++c) put_blocks_[c] = &put.Add({{"result", kCodeNames[c]}});
+  auto& get = prometheus::BuildCounter()
+                  .Name("turbokv_get_blocks_total")
+                  .Help("Blocks asked for by GetBlocks")
+                  .Register(registry);
+  get_blocks_found_ = &get.Add({{"result", "found"}});
+  get_blocks_missing_ = &get.Add({{"result", "missing"}});
+
+  auto& codec_seconds = prometheus::BuildCounter()
+                            .Name("turbokv_codec_seconds_total")
+                            .Help("Time spent in the codec, by operation and backend")
+                            .Register(registry);
+  auto& codec_bytes = prometheus::BuildCounter()
+                          .Name("turbokv_codec_bytes_total")
+                          .Help("Raw (logical) bytes processed by the codec")
+                          .Register(registry);
+  for (int op = 0; op < kNumCodecOps; ++op) {
+    codec_seconds_[op] = &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}});
+    codec_bytes_[op] = &codec_bytes.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}});
+  }
+  prometheus::BuildGauge()
+      .Name("turbokv_codec_backend_info")
+      .Help("The codec backend in use (value 1)")
+      .Register(registry)
+      .Add({{"backend", codec_backend}})
+      .Set(1);
+
+  auto gauge = [&registry](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+  };
+  auto counter = [&registry](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+  };
+  stored_bytes_ = gauge("turbokv_stored_bytes",
+                        "Bytes charged against the capacity (packed values, keys, metadata)");
+  logical_bytes_ = gauge("turbokv_logical_bytes",
+                         "Raw bytes the stored blocks represent in their namespace dtype");
+  blocks_ = gauge("turbokv_blocks", "Blocks stored");
+  capacity_bytes_ = gauge("turbokv_capacity_bytes", "Hard budget on stored bytes");
+  compression_ratio_ = gauge("turbokv_compression_ratio",
+                             "Logical bytes / packed value bytes (0 when empty)");
+  namespaces_ = gauge("turbokv_namespaces", "Registered namespaces");
+  rocksdb_sst_bytes_ = gauge("turbokv_rocksdb_sst_bytes", "RocksDB SST files, all column families");
+  rocksdb_blob_bytes_ = gauge("turbokv_rocksdb_blob_bytes", "RocksDB blob files (BlobDB)");
+  rocksdb_pending_compaction_bytes_ =
+      gauge("turbokv_rocksdb_pending_compaction_bytes", "RocksDB estimated pending compaction");
+  evictions_ = counter("turbokv_evictions_total", "Blocks evicted to stay under capacity");
+  evicted_bytes_ = counter("turbokv_evicted_bytes_total", "Charged bytes evicted");
+  expirations_ = counter("turbokv_expired_blocks_total", "Blocks deleted by namespace TTL");
+  checksum_failures_ = counter("turbokv_checksum_failures_total",
+                               "Stored blocks that failed verification on read (deleted)");
+  capacity_bytes_->Set(static_cast<double>(capacity_bytes));
+}
+
+void Metrics::RecordRpc(RpcMethod method, absl::StatusCode code, double seconds) {
+  const int m = static_cast<int>(method);
+  rpc_requests_[m][CodeIndex(code)]->Increment();
+  rpc_duration_[m]->Observe(seconds);
+}
+
+void Metrics::RecordLookup(uint64_t requested, uint64_t matched, uint64_t block_tokens) {
+  lookup_blocks_hit_->Increment(static_cast<double>(matched));
+  lookup_blocks_miss_->Increment(static_cast<double>(requested - matched));
+  lookup_tokens_hit_->Increment(static_cast<double>(matched * block_tokens));
+  lookup_tokens_miss_->Increment(static_cast<double>((requested - matched) * block_tokens));
+}
+
+void Metrics::RecordPutBlock(absl::StatusCode code) { put_blocks_[CodeIndex(code)]->Increment(); }
+
+void Metrics::RecordGetBlocks(uint64_t found, uint64_t missing) {
+  get_blocks_found_->Increment(static_cast<double>(found));
+  get_blocks_missing_->Increment(static_cast<double>(missing));
+}
+
+void Metrics::RecordCodec(CodecOp op, double seconds, uint64_t bytes) {
+  codec_seconds_[static_cast<int>(op)]->Increment(seconds);
+  codec_bytes_[static_cast<int>(op)]->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::UpdateStore(const StoreStats& stats, const DbStats& db) {
+  stored_bytes_->Set(static_cast<double>(stats.used_bytes));
+  logical_bytes_->Set(static_cast<double>(stats.logical_bytes));
+  blocks_->Set(static_cast<double>(stats.blocks));
+  capacity_bytes_->Set(static_cast<double>(stats.capacity_bytes));
+  compression_ratio_->Set(stats.value_bytes == 0 ? 0.0
+                                                 : static_cast<double>(stats.logical_bytes) /
+                                                       static_cast<double>(stats.value_bytes));
+  namespaces_->Set(static_cast<double>(stats.namespaces.size()));
+  rocksdb_sst_bytes_->Set(static_cast<double>(db.sst_bytes));
+  rocksdb_blob_bytes_->Set(static_cast<double>(db.blob_bytes));
+  rocksdb_pending_compaction_bytes_->Set(static_cast<double>(db.pending_compaction_bytes));
+  std::lock_guard<std::mutex> l(mu_);
+  Advance(evictions_, stats.evicted_blocks, &seen_evictions_);
+  Advance(evicted_bytes_, stats.evicted_bytes, &seen_evicted_bytes_);
+  Advance(expirations_, stats.expired_blocks, &seen_expirations_);
+  Advance(checksum_failures_, stats.checksum_failures, &seen_checksum_failures_);
+}
+
+}  // namespace turbokv::server

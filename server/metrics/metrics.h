@@ -1,0 +1,98 @@
+// Prometheus metrics of the server (DESIGN.md section 7). Every family and every label child
+// is created once, in the constructor; labels are bounded (method, code, result, op, backend),
+// never a namespace id or a hash.
+//
+// Thread safety: all methods are thread-safe.
+#ifndef TURBOKV_SERVER_METRICS_METRICS_H_
+#define TURBOKV_SERVER_METRICS_METRICS_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "server/storage/block_store.h"
+
+namespace turbokv::server {
+
+enum class RpcMethod {
+  kRegisterNamespace,
+  kPutBlocks,
+  kLookup,
+  kGetBlocks,
+  kDeleteBlocks,
+  kDropNamespace,
+  kStats,
+};
+inline constexpr int kNumRpcMethods = 7;
+const char* RpcMethodName(RpcMethod method);  // "PutBlocks", ...
+
+enum class CodecOp { kEncode, kDecode, kVerify };
+inline constexpr int kNumCodecOps = 3;
+
+// google.rpc.Code values 0..16.
+inline constexpr int kNumStatusCodes = 17;
+// "OK", "INVALID_ARGUMENT", ... (the gRPC spelling).
+const char* StatusCodeName(absl::StatusCode code);
+
+class Metrics {
+ public:
+  // Registers every family in `registry`. `codec_backend` ("cpu-avx2", "cuda", ...) labels
+  // the codec metrics and turbokv_codec_backend_info.
+  Metrics(prometheus::Registry& registry, const std::string& codec_backend,
+          uint64_t capacity_bytes);
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  void RecordRpc(RpcMethod method, absl::StatusCode code, double seconds);
+  // Lookup outcome: `requested` hashes of which the leading `matched` are stored.
+  void RecordLookup(uint64_t requested, uint64_t matched, uint64_t block_tokens);
+  // Per-block PutBlocks outcome.
+  void RecordPutBlock(absl::StatusCode code);
+  void RecordGetBlocks(uint64_t found, uint64_t missing);
+  void RecordCodec(CodecOp op, double seconds, uint64_t bytes);
+  // Refreshes the storage gauges and advances the storage counters to the store's totals.
+  void UpdateStore(const StoreStats& stats, const DbStats& db);
+
+ private:
+  std::array<std::array<prometheus::Counter*, kNumStatusCodes>, kNumRpcMethods> rpc_requests_{};
+  std::array<prometheus::Histogram*, kNumRpcMethods> rpc_duration_{};
+  prometheus::Counter* lookup_blocks_hit_;
+  prometheus::Counter* lookup_blocks_miss_;
+  prometheus::Counter* lookup_tokens_hit_;
+  prometheus::Counter* lookup_tokens_miss_;
+  std::array<prometheus::Counter*, kNumStatusCodes> put_blocks_{};
+  prometheus::Counter* get_blocks_found_;
+  prometheus::Counter* get_blocks_missing_;
+  std::array<prometheus::Counter*, kNumCodecOps> codec_seconds_{};
+  std::array<prometheus::Counter*, kNumCodecOps> codec_bytes_{};
+  prometheus::Gauge* stored_bytes_;
+  prometheus::Gauge* logical_bytes_;
+  prometheus::Gauge* blocks_;
+  prometheus::Gauge* capacity_bytes_;
+  prometheus::Gauge* compression_ratio_;
+  prometheus::Gauge* namespaces_;
+  prometheus::Gauge* rocksdb_sst_bytes_;
+  prometheus::Gauge* rocksdb_blob_bytes_;
+  prometheus::Gauge* rocksdb_pending_compaction_bytes_;
+  prometheus::Counter* evictions_;
+  prometheus::Counter* evicted_bytes_;
+  prometheus::Counter* expirations_;
+  prometheus::Counter* checksum_failures_;
+
+  std::mutex mu_;  // guards the last-seen store totals below
+  uint64_t seen_evictions_ = 0;
+  uint64_t seen_evicted_bytes_ = 0;
+  uint64_t seen_expirations_ = 0;
+  uint64_t seen_checksum_failures_ = 0;
+};
+
+}  // namespace turbokv::server
+
+#endif  // TURBOKV_SERVER_METRICS_METRICS_H_

@@ -1,0 +1,97 @@
+#include "server/server_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "turbokv/codec/status_macros.h"
+#include "turbokv/codec/types.h"
+
+namespace turbokv::server {
+
+absl::StatusOr<CodecBackendKind> ParseCodecBackendKind(std::string_view name) {
+  if (name == "auto") return CodecBackendKind::kAuto;
+  if (name == "cpu") return CodecBackendKind::kCpu;
+  if (name == "cuda") return CodecBackendKind::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("codec backend \"", std::string(name), "\" is not one of auto, cpu, cuda"));
+}
+
+absl::Status CodecOptions::Validate() const {
+  if (threads < 0 || threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("codec.threads ", threads, " is outside 0..1024"));
+  }
+  const auto& names = codec::PresetNames();
+  if (std::find(names.begin(), names.end(), default_preset) == names.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("codec.default_preset \"", default_preset,
+                                                   "\" is not one of ",
+                                                   absl::StrJoin(names, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerOptions::Validate() const {
+  if (listen_address.empty()) {
+    return absl::InvalidArgumentError("listen_address must be HOST:PORT, got an empty string");
+  }
+  if (shutdown_grace_ms < 0) {
+    return absl::InvalidArgumentError("shutdown_grace_ms must be >= 0");
+  }
+  if (max_receive_message_bytes < (1 << 20) + 4096) {
+    return absl::InvalidArgumentError(
+        "max_receive_message_bytes must leave room for a 1 MiB chunk and its header");
+  }
+  if (metrics.refresh_interval_ms < 10) {
+    return absl::InvalidArgumentError("metrics.refresh_interval_ms must be >= 10");
+  }
+  TURBOKV_RETURN_IF_ERROR(storage.Validate());
+  return codec.Validate();
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
+  std::string s(absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size())));
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  const std::string number = s.substr(0, i);
+  const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(i)));
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte size \"", std::string(text), "\" is not a number with an optional unit (B, KiB, MiB, GiB, TiB, "
+        "KB, MB, GB, TB), e.g. 10GiB"));
+  };
+  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1) return bad();
+  double multiplier = 0;
+  if (unit.empty() || unit == "b") multiplier = 1;
+  else if (unit == "k" || unit == "kib") multiplier = 1024.0;
+  else if (unit == "m" || unit == "mib") multiplier = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") multiplier = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") multiplier = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") multiplier = 1e3;
+  else if (unit == "mb") multiplier = 1e6;
+  else if (unit == "gb") multiplier = 1e9;
+  else if (unit == "tb") multiplier = 1e12;
+  else return bad();
+  const double value = std::strtod(number.c_str(), nullptr) * multiplier;
+  if (!std::isfinite(value) || value < 0 || value > 1.8e19) return bad();
+  return static_cast<uint64_t>(std::llround(value));
+}
+
+std::string FormatByteSize(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  if (u == 0) return absl::StrCat(bytes, " B");
+  return absl::StrFormat("%.4g %s", v, kUnits[u]);
+}
+
+}  // namespace turbokv::server

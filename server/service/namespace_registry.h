@@ -1,0 +1,101 @@
+// Namespaces: validation, the canonical descriptor, the namespace id, and one BlockCodec per
+// namespace (DESIGN.md section 6, RegisterNamespace).
+//
+// Canonical form (format "turbokv/ns/v1"). A descriptor is canonicalized by:
+//   * resolving the codec: explicit `key` and `value` sections when both are set, else the
+//     preset (empty = the server's default preset) through codec::PresetSpec(preset, head_dim);
+//     then protected_first/last_layers, protected_bits (0 -> 8), disable_norm_correction and
+//     the seeds (unset -> codec defaults) are applied on top;
+//   * writing the result back as explicit fields: codec.preset = "", key/value set, group_size
+//     0 for non-quantized sections (bits 0 or 16), protected_bits 8 when no layer is
+//     protected, qjl_seed = the default when no section uses QJL, both seeds present;
+//     tp_size 0 -> 1.
+// The namespace id is XXH3-64 (seed 0) of this byte string (all integers little-endian,
+// strings as u32 length + bytes):
+//   "turbokv/ns/v1" | str model | str model_revision | u32 dtype | u32 num_layers |
+//   u32 num_kv_heads | u32 head_dim | u32 block_tokens | u32 tp_rank | u32 tp_size |
+//   str cache_salt | key: u32 bits, u32 group_size, u32 qjl | value: same |
+//   u32 protected_first_layers | u32 protected_last_layers | u32 protected_bits |
+//   u32 norm_correction | u64 rotation_seed | u64 qjl_seed
+// ttl_seconds is a storage policy, not part of the identity: it is excluded, and registering
+// an existing namespace with another ttl_seconds updates the ttl. Clients never need to
+// reproduce the id; RegisterNamespace returns it.
+//
+// Thread safety: all methods are thread-safe.
+#ifndef TURBOKV_SERVER_SERVICE_NAMESPACE_REGISTRY_H_
+#define TURBOKV_SERVER_SERVICE_NAMESPACE_REGISTRY_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/storage/block_store.h"
+#include "turbokv/codec/block_codec.h"
+#include "turbokv/v1/turbokv.pb.h"
+
+namespace turbokv::server {
+
+// A registered namespace. Immutable; shared by the requests using it.
+struct Namespace {
+  uint64_t id = 0;
+  v1::NamespaceDescriptor descriptor;  // canonical, including ttl_seconds
+  codec::BlockCodec codec;             // encodes with namespace_id = id
+};
+
+// The canonical descriptor of `in` (see above) and its codec spec and shape.
+// InvalidArgument naming the field (namespace_descriptor.head_dim, ...codec.key.group_size).
+struct CanonicalNamespace {
+  v1::NamespaceDescriptor descriptor;
+  codec::BlockShape shape;
+  codec::CodecSpec spec;
+};
+[[nodiscard]] absl::StatusOr<CanonicalNamespace> Canonicalize(const v1::NamespaceDescriptor& in,
+                                                              std::string_view default_preset);
+// The canonical byte string above (ttl_seconds ignored) and its XXH3-64.
+std::string CanonicalBytes(const v1::NamespaceDescriptor& canonical);
+uint64_t NamespaceId(const v1::NamespaceDescriptor& canonical);
+
+class NamespaceRegistry {
+ public:
+  // `store` must outlive the registry.
+  NamespaceRegistry(BlockStore* store, std::string default_preset);
+
+  // Rebuilds every namespace the store knows (at start-up). DataLoss when a stored descriptor
+  // no longer parses or no longer hashes to its id.
+  [[nodiscard]] absl::Status Load();
+
+  struct Registered {
+    std::shared_ptr<const Namespace> ns;
+    bool created = false;
+  };
+  // Idempotent: the same canonical descriptor always gives the same namespace.
+  [[nodiscard]] absl::StatusOr<Registered> Register(const v1::NamespaceDescriptor& descriptor);
+  // NotFound when the id is not registered.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Get(uint64_t id) const;
+  // Drops the namespace and its blocks; returns the number of blocks deleted. NotFound.
+  [[nodiscard]] absl::StatusOr<uint64_t> Drop(uint64_t id);
+  size_t size() const;
+
+ private:
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Build(
+      const CanonicalNamespace& canonical, uint64_t id) const;
+
+  BlockStore* const store_;
+  const std::string default_preset_;
+  std::mutex register_mu_;  // serializes Register/Drop against each other
+  mutable std::mutex mu_;   // guards namespaces_
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const Namespace>> namespaces_;
+};
+
+// NotFound message used for unknown namespaces, e.g. "namespace 0123456789abcdef is not
+// registered".
+absl::Status UnknownNamespace(uint64_t id);
+
+}  // namespace turbokv::server
+
+#endif  // TURBOKV_SERVER_SERVICE_NAMESPACE_REGISTRY_H_

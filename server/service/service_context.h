@@ -1,0 +1,52 @@
+// What every handler needs, and the one helper that reports an RPC (STYLE.md "Request path":
+// timing, metrics by method and code, one log line per error, absl -> grpc status).
+#ifndef TURBOKV_SERVER_SERVICE_SERVICE_CONTEXT_H_
+#define TURBOKV_SERVER_SERVICE_SERVICE_CONTEXT_H_
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+#include "server/metrics/metrics.h"
+#include "server/service/codec_backend.h"
+#include "server/service/codec_pool.h"
+#include "server/service/namespace_registry.h"
+#include "server/storage/block_store.h"
+
+namespace turbokv::server {
+
+// Shared by all handlers; owned by Server, outlives every call.
+struct ServiceContext {
+  BlockStore* store = nullptr;
+  NamespaceRegistry* registry = nullptr;
+  CodecPool* pool = nullptr;
+  Metrics* metrics = nullptr;
+  CodecBackend backend;
+  std::atomic<bool> shutting_down{false};
+};
+
+// absl codes equal gRPC codes, so the mapping is a cast.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Times one RPC from construction; Complete() reports it exactly once.
+class RpcScope {
+ public:
+  RpcScope(ServiceContext* ctx, RpcMethod method)
+      : ctx_(ctx), method_(method), start_(std::chrono::steady_clock::now()) {}
+  // Records metrics, logs non-OK statuses (one line), returns the gRPC status to Finish with.
+  grpc::Status Complete(const absl::Status& status);
+
+ private:
+  ServiceContext* ctx_;
+  RpcMethod method_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// UNAVAILABLE used once shutdown has begun.
+absl::Status ShuttingDown();
+
+}  // namespace turbokv::server
+
+#endif  // TURBOKV_SERVER_SERVICE_SERVICE_CONTEXT_H_

@@ -1,0 +1,150 @@
+#include "server/service/turbokv_service.h"
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/service/get_blocks_reactor.h"
+#include "server/service/put_blocks_reactor.h"
+#include "turbokv/codec/status_macros.h"
+
+namespace turbokv::server {
+namespace {
+
+// Hash views for the store; InvalidArgument naming the first bad one.
+absl::StatusOr<std::vector<std::string_view>> HashViews(
+    const google::protobuf::RepeatedPtrField<std::string>& hashes) {
+  std::vector<std::string_view> views;
+  views.reserve(hashes.size());
+  for (int i = 0; i < hashes.size(); ++i) {
+    absl::Status s = ValidateBlockHash(hashes[i]);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("block_hashes[", i, "]: ", s.message()));
+    }
+    views.push_back(hashes[i]);
+  }
+  return views;
+}
+
+}  // namespace
+
+TurboKvService::TurboKvService(ServiceContext* ctx, std::string version)
+    : ctx_(ctx), version_(std::move(version)) {}
+
+grpc::ServerUnaryReactor* TurboKvService::Unary(grpc::CallbackServerContext* context,
+                                                RpcMethod method, Where where,
+                                                std::function<absl::Status()> fn) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto scope = std::make_shared<RpcScope>(ctx_, method);
+  if (ctx_->shutting_down.load()) {
+    reactor->Finish(scope->Complete(ShuttingDown()));
+  } else if (where == Where::kInline) {
+    reactor->Finish(scope->Complete(fn()));
+  } else {
+    ctx_->pool->Submit([reactor, scope, fn = std::move(fn)] { reactor->Finish(scope->Complete(fn())); });
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TurboKvService::RegisterNamespace(
+    grpc::CallbackServerContext* context, const v1::RegisterNamespaceRequest* request,
+    v1::RegisterNamespaceResponse* response) {
+  return Unary(context, RpcMethod::kRegisterNamespace, Where::kPool, [this, request, response]() -> absl::Status {
+    if (!request->has_namespace_descriptor()) {
+      return absl::InvalidArgumentError("namespace_descriptor is required");
+    }
+    TURBOKV_ASSIGN_OR_RETURN(NamespaceRegistry::Registered r,
+                             ctx_->registry->Register(request->namespace_descriptor()));
+    response->set_namespace_id(r.ns->id);
+    response->set_created(r.created);
+    *response->mutable_namespace_descriptor() = r.ns->descriptor;
+    response->set_raw_block_bytes(r.ns->codec.raw_bytes());
+    response->set_packed_block_bytes(r.ns->codec.packed_bytes());
+    response->set_bits_per_value(r.ns->codec.bits_per_value());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerReadReactor<v1::PutBlocksRequest>* TurboKvService::PutBlocks(
+    grpc::CallbackServerContext* /*context*/, v1::PutBlocksResponse* response) {
+  return new PutBlocksReactor(ctx_, response);
+}
+
+grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* context,
+                                                 const v1::LookupRequest* request,
+                                                 v1::LookupResponse* response) {
+  // Index only (in memory): cheap enough for gRPC's thread.
+  return Unary(context, RpcMethod::kLookup, Where::kInline, [this, request, response]() -> absl::Status {
+    TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
+                             ctx_->registry->Get(request->namespace_id()));
+    TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
+                             HashViews(request->block_hashes()));
+    TURBOKV_ASSIGN_OR_RETURN(size_t matched,
+                             ctx_->store->Lookup(ns->id, hashes, request->lease_seconds()));
+    const uint64_t block_tokens = ns->descriptor.block_tokens();
+    response->set_matched_blocks(static_cast<uint32_t>(matched));
+    response->set_matched_tokens(matched * block_tokens);
+    ctx_->metrics->RecordLookup(hashes.size(), matched, block_tokens);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<v1::GetBlocksResponse>* TurboKvService::GetBlocks(
+    grpc::CallbackServerContext* /*context*/, const v1::GetBlocksRequest* request) {
+  return new GetBlocksReactor(ctx_, request);
+}
+
+grpc::ServerUnaryReactor* TurboKvService::DeleteBlocks(grpc::CallbackServerContext* context,
+                                                       const v1::DeleteBlocksRequest* request,
+                                                       v1::DeleteBlocksResponse* response) {
+  return Unary(context, RpcMethod::kDeleteBlocks, Where::kPool, [this, request, response]() -> absl::Status {
+    TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
+                             ctx_->registry->Get(request->namespace_id()));
+    TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
+                             HashViews(request->block_hashes()));
+    TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, ctx_->store->DeleteBlocks(ns->id, hashes));
+    response->set_deleted_blocks(static_cast<uint32_t>(deleted));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TurboKvService::DropNamespace(grpc::CallbackServerContext* context,
+                                                        const v1::DropNamespaceRequest* request,
+                                                        v1::DropNamespaceResponse* response) {
+  return Unary(context, RpcMethod::kDropNamespace, Where::kPool, [this, request, response]() -> absl::Status {
+    TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, ctx_->registry->Drop(request->namespace_id()));
+    response->set_deleted_blocks(deleted);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TurboKvService::Stats(grpc::CallbackServerContext* context,
+                                                const v1::StatsRequest* /*request*/,
+                                                v1::StatsResponse* response) {
+  return Unary(context, RpcMethod::kStats, Where::kInline, [this, response]() -> absl::Status {
+    const StoreStats s = ctx_->store->Stats();
+    response->set_capacity_bytes(s.capacity_bytes);
+    response->set_used_bytes(s.used_bytes);
+    response->set_blocks(s.blocks);
+    response->set_logical_bytes(s.logical_bytes);
+    response->set_evicted_blocks(s.evicted_blocks);
+    response->set_checksum_failures(s.checksum_failures);
+    response->set_codec_backend(ctx_->backend.name);
+    response->set_durability(std::string(DurabilityName(ctx_->store->options().durability)));
+    response->set_version(version_);
+    for (const NamespaceStatsEntry& n : s.namespaces) {
+      v1::NamespaceStats* out = response->add_namespaces();
+      out->set_namespace_id(n.record.id);
+      if (auto ns = ctx_->registry->Get(n.record.id); ns.ok()) {
+        *out->mutable_namespace_descriptor() = (*ns)->descriptor;
+      }
+      out->set_blocks(n.blocks);
+      out->set_stored_bytes(n.value_bytes);
+      out->set_logical_bytes(n.logical_bytes);
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace turbokv::server

@@ -1,0 +1,99 @@
+#include "server/storage/block_index.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+namespace turbokv::server {
+
+void BlockIndex::Account(const IndexEntry& e, bool add) {
+  NamespaceUsage& u = usage_[e.namespace_id];
+  if (add) {
+    used_bytes_ += e.charge;
+    value_bytes_ += e.value_bytes;
+    u.blocks += 1;
+    u.value_bytes += e.value_bytes;
+    u.charge += e.charge;
+  } else {
+    used_bytes_ -= e.charge;
+    value_bytes_ -= e.value_bytes;
+    u.blocks -= 1;
+    u.value_bytes -= e.value_bytes;
+    u.charge -= e.charge;
+    if (u.blocks == 0) usage_.erase(e.namespace_id);
+  }
+}
+
+void BlockIndex::Upsert(IndexEntry entry) {
+  auto it = map_.find(entry.key);
+  if (it != map_.end()) {
+    entry.lease_until = std::max(entry.lease_until, it->second->lease_until);
+    Account(*it->second, /*add=*/false);
+    lru_.erase(it->second);
+    map_.erase(it);
+  }
+  lru_.push_back(std::move(entry));
+  auto node = std::prev(lru_.end());
+  map_.emplace(std::string_view(node->key), node);
+  Account(*node, /*add=*/true);
+}
+
+IndexEntry* BlockIndex::Find(std::string_view key) {
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : &*it->second;
+}
+
+const IndexEntry* BlockIndex::Find(std::string_view key) const {
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : &*it->second;
+}
+
+void BlockIndex::Touch(IndexEntry* entry) {
+  auto it = map_.find(entry->key);
+  if (it == map_.end()) return;
+  lru_.splice(lru_.end(), lru_, it->second);
+}
+
+bool BlockIndex::Erase(std::string_view key) {
+  auto it = map_.find(key);
+  if (it == map_.end()) return false;
+  auto node = it->second;
+  map_.erase(it);
+  Account(*node, /*add=*/false);
+  lru_.erase(node);
+  return true;
+}
+
+std::vector<IndexEntry> BlockIndex::TakeVictims(
+    uint64_t bytes_to_free, int64_t now, const absl::flat_hash_set<std::string_view>& exclude) {
+  std::vector<IndexEntry> victims;
+  uint64_t freed = 0;
+  for (auto it = lru_.begin(); it != lru_.end() && freed < bytes_to_free;) {
+    if (it->lease_until > now || exclude.contains(it->key)) {
+      ++it;
+      continue;
+    }
+    auto next = std::next(it);
+    freed += it->charge;
+    map_.erase(std::string_view(it->key));
+    Account(*it, /*add=*/false);
+    victims.push_back(std::move(*it));
+    lru_.erase(it);
+    it = next;
+  }
+  return victims;
+}
+
+uint64_t BlockIndex::EvictableBytes(int64_t now) const {
+  uint64_t bytes = 0;
+  for (const IndexEntry& e : lru_) {
+    if (e.lease_until <= now) bytes += e.charge;
+  }
+  return bytes;
+}
+
+std::vector<IndexEntry> BlockIndex::EntriesOf(uint64_t namespace_id) const {
+  return Select([namespace_id](const IndexEntry& e) { return e.namespace_id == namespace_id; });
+}
+
+}  // namespace turbokv::server

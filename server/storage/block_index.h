@@ -1,0 +1,89 @@
+// In-memory index of every stored block: existence, size, recency (an exact LRU list), leases
+// and per-namespace accounting. The store rebuilds it on open from its metadata column
+// families, so Lookup and Stats never touch RocksDB.
+//
+// Not thread-safe: BlockStore guards it with its mutex.
+#ifndef TURBOKV_SERVER_STORAGE_BLOCK_INDEX_H_
+#define TURBOKV_SERVER_STORAGE_BLOCK_INDEX_H_
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+
+namespace turbokv::server {
+
+struct IndexEntry {
+  std::string key;           // storage key: 8-byte big-endian namespace id || block hash
+  uint64_t namespace_id = 0;
+  uint64_t value_bytes = 0;  // packed block bytes
+  uint64_t charge = 0;       // bytes counted against the capacity (value + keys + metadata)
+  int64_t last_access = 0;   // unix seconds of the last put or get (TTL; persisted)
+  int64_t lease_until = 0;   // unix seconds; the block is not evictable while now < lease_until
+};
+
+struct NamespaceUsage {
+  uint64_t blocks = 0;
+  uint64_t value_bytes = 0;  // packed bytes of the values
+  uint64_t charge = 0;       // bytes counted against the capacity
+};
+
+class BlockIndex {
+ public:
+  BlockIndex() = default;
+  BlockIndex(const BlockIndex&) = delete;
+  BlockIndex& operator=(const BlockIndex&) = delete;
+
+  // Inserts `entry` as the most recently used block, replacing an entry with the same key
+  // (whose lease is kept).
+  void Upsert(IndexEntry entry);
+  // Null when absent. The pointer stays valid until the entry is erased.
+  IndexEntry* Find(std::string_view key);
+  const IndexEntry* Find(std::string_view key) const;
+  // Moves the entry to the most recently used end.
+  void Touch(IndexEntry* entry);
+  // Removes the entry; false when absent.
+  bool Erase(std::string_view key);
+
+  // Removes and returns least recently used entries that are not leased at `now` and whose
+  // key is not in `exclude`, until their charges add up to at least `bytes_to_free` or no
+  // candidate is left.
+  std::vector<IndexEntry> TakeVictims(uint64_t bytes_to_free, int64_t now,
+                                      const absl::flat_hash_set<std::string_view>& exclude);
+  // Charges of the entries TakeVictims could remove at `now`, ignoring exclusions.
+  uint64_t EvictableBytes(int64_t now) const;
+
+  // Entries of a namespace (copies), any order.
+  std::vector<IndexEntry> EntriesOf(uint64_t namespace_id) const;
+  // Entries for which `pred` is true (copies), least recently used first.
+  template <typename Pred>
+  std::vector<IndexEntry> Select(Pred pred) const {
+    std::vector<IndexEntry> out;
+    for (const IndexEntry& e : lru_) {
+      if (pred(e)) out.push_back(e);
+    }
+    return out;
+  }
+
+  uint64_t used_bytes() const { return used_bytes_; }
+  uint64_t value_bytes() const { return value_bytes_; }
+  uint64_t blocks() const { return map_.size(); }
+  const absl::flat_hash_map<uint64_t, NamespaceUsage>& usage() const { return usage_; }
+
+ private:
+  void Account(const IndexEntry& e, bool add);
+
+  std::list<IndexEntry> lru_;  // front = least recently used
+  absl::flat_hash_map<std::string_view, std::list<IndexEntry>::iterator> map_;  // views of lru_ keys
+  absl::flat_hash_map<uint64_t, NamespaceUsage> usage_;
+  uint64_t used_bytes_ = 0;
+  uint64_t value_bytes_ = 0;
+};
+
+}  // namespace turbokv::server
+
+#endif  // TURBOKV_SERVER_STORAGE_BLOCK_INDEX_H_

@@ -1,0 +1,675 @@
+#include "server/storage/block_store.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/slice.h"
+#include "rocksdb/write_batch.h"
+#include "server/storage/rocksdb_status.h"
+#include "turbokv/codec/status_macros.h"
+
+namespace turbokv::server {
+namespace {
+
+constexpr char kCfBlocks[] = "blocks";
+constexpr char kCfMeta[] = "block_meta";
+constexpr char kCfAccess[] = "access";
+constexpr char kCfNamespaces[] = "namespaces";
+constexpr uint8_t kRecordVersion = 1;
+
+void PutFixed64BE(std::string* out, uint64_t v) {
+  for (int i = 7; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetFixed64BE(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+void PutFixed64LE(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutFixed32LE(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetFixed64LE(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+uint32_t GetFixed32LE(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+std::string NamespaceKey(uint64_t id) {
+  std::string key;
+  PutFixed64BE(&key, id);
+  return key;
+}
+
+std::string BlockKey(uint64_t namespace_id, std::string_view hash) {
+  std::string key;
+  key.reserve(8 + hash.size());
+  PutFixed64BE(&key, namespace_id);
+  key.append(hash);
+  return key;
+}
+
+// Bytes a block is charged against the capacity: its value, its key in three column
+// families, and the fixed metadata values.
+uint64_t ChargeFor(size_t key_bytes, size_t value_bytes) {
+  return value_bytes + 3 * key_bytes + 24;
+}
+
+std::string EncodeMeta(uint64_t value_bytes, int64_t put_time) {
+  std::string v;
+  PutFixed64LE(&v, value_bytes);
+  PutFixed64LE(&v, static_cast<uint64_t>(put_time));
+  return v;
+}
+
+std::string EncodeAccess(int64_t last_access) {
+  std::string v;
+  PutFixed64LE(&v, static_cast<uint64_t>(last_access));
+  return v;
+}
+
+// namespaces value: u8 version (1) | u32 LE ttl_seconds | u64 LE logical_block_bytes |
+// descriptor bytes.
+std::string EncodeRecord(const NamespaceRecord& r) {
+  std::string v;
+  v.push_back(static_cast<char>(kRecordVersion));
+  PutFixed32LE(&v, r.ttl_seconds);
+  PutFixed64LE(&v, r.logical_block_bytes);
+  v.append(r.descriptor);
+  return v;
+}
+
+absl::StatusOr<NamespaceRecord> DecodeRecord(uint64_t id, std::string_view v) {
+  if (v.size() < 13 || static_cast<uint8_t>(v[0]) != kRecordVersion) {
+    return absl::DataLossError(absl::StrCat("namespace record ", absl::Hex(id, absl::kZeroPad16),
+                                            " is malformed (", v.size(), " bytes)"));
+  }
+  NamespaceRecord r;
+  r.id = id;
+  r.ttl_seconds = GetFixed32LE(v.data() + 1);
+  r.logical_block_bytes = GetFixed64LE(v.data() + 5);
+  r.descriptor = std::string(v.substr(13));
+  return r;
+}
+
+}  // namespace
+
+absl::Status ValidateBlockHash(std::string_view hash) {
+  if (hash.size() < kMinBlockHashBytes || hash.size() > kMaxBlockHashBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("block_hash has ", hash.size(),
+                                                   " bytes; expected 8 to 32 bytes"));
+  }
+  return absl::OkStatus();
+}
+
+BlockStore::BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock)
+    : options_(options),
+      verifier_(std::move(verifier)),
+      clock_(clock != nullptr ? clock : SystemClock()) {}
+
+absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOptions& options,
+                                                             ValueVerifier verifier,
+                                                             const Clock* clock) {
+  TURBOKV_RETURN_IF_ERROR(options.Validate());
+  if (!verifier) return absl::InvalidArgumentError("BlockStore::Open needs a value verifier");
+  std::unique_ptr<BlockStore> store(new BlockStore(options, std::move(verifier), clock));
+  TURBOKV_RETURN_IF_ERROR(store->OpenDb());
+  TURBOKV_RETURN_IF_ERROR(store->Recover());
+  if (options.maintenance_interval_ms > 0) {
+    store->maintenance_ = std::thread([s = store.get()] { s->MaintenanceLoop(); });
+  }
+  return store;
+}
+
+absl::Status BlockStore::OpenDb() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.data_dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create data directory ", options_.data_dir, ": ", ec.message()));
+  }
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  // Column families are flushed together, so a crash with the WAL off (durability none)
+  // cannot leave a value without its metadata or the other way round.
+  db_options.atomic_flush = true;
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 4;
+
+  rocksdb::ColumnFamilyOptions small;
+  small.compression = rocksdb::kNoCompression;
+  rocksdb::ColumnFamilyOptions blocks = small;
+  // Packed blocks are incompressible and large: keep them in blob files so compaction moves
+  // only keys, and let blob GC reclaim space of deleted blocks.
+  blocks.enable_blob_files = true;
+  blocks.min_blob_size = options_.min_blob_size;
+  blocks.blob_file_size = uint64_t{256} << 20;
+  blocks.blob_compression_type = rocksdb::kNoCompression;
+  blocks.enable_blob_garbage_collection = true;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, small},
+      {kCfBlocks, blocks},
+      {kCfMeta, small},
+      {kCfAccess, small},
+      {kCfNamespaces, small},
+  };
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::Status s =
+      rocksdb::DB::Open(db_options, options_.data_dir, descriptors, &handles, &db_);
+  TURBOKV_RETURN_IF_ERROR(FromRocksDb(s, absl::StrCat("open ", options_.data_dir)));
+  cf_default_ = handles[0];
+  cf_blocks_ = handles[1];
+  cf_meta_ = handles[2];
+  cf_access_ = handles[3];
+  cf_namespaces_ = handles[4];
+  return absl::OkStatus();
+}
+
+absl::Status BlockStore::Recover() {
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_namespaces_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().size() != 8) continue;
+      uint64_t id = GetFixed64BE(it->key().data());
+      TURBOKV_ASSIGN_OR_RETURN(NamespaceRecord r, DecodeRecord(id, it->value().ToStringView()));
+      namespaces_[id] = std::move(r);
+    }
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(it->status(), "scan namespaces"));
+  }
+  // Merge-join block_meta with access (same keys, same order).
+  std::vector<IndexEntry> entries;
+  std::vector<std::string> orphans;
+  {
+    std::unique_ptr<rocksdb::Iterator> meta(db_->NewIterator(rocksdb::ReadOptions(), cf_meta_));
+    std::unique_ptr<rocksdb::Iterator> access(
+        db_->NewIterator(rocksdb::ReadOptions(), cf_access_));
+    access->SeekToFirst();
+    for (meta->SeekToFirst(); meta->Valid(); meta->Next()) {
+      rocksdb::Slice key = meta->key();
+      rocksdb::Slice value = meta->value();
+      if (key.size() < 8 + kMinBlockHashBytes || value.size() != 16) {
+        orphans.push_back(key.ToString());
+        continue;
+      }
+      IndexEntry e;
+      e.key = key.ToString();
+      e.namespace_id = GetFixed64BE(key.data());
+      e.value_bytes = GetFixed64LE(value.data());
+      e.last_access = static_cast<int64_t>(GetFixed64LE(value.data() + 8));
+      e.charge = ChargeFor(e.key.size(), e.value_bytes);
+      while (access->Valid() && access->key().compare(key) < 0) access->Next();
+      if (access->Valid() && access->key() == key && access->value().size() == 8) {
+        e.last_access = std::max<int64_t>(
+            e.last_access, static_cast<int64_t>(GetFixed64LE(access->value().data())));
+      }
+      if (!namespaces_.contains(e.namespace_id)) {
+        orphans.push_back(std::move(e.key));
+        continue;
+      }
+      entries.push_back(std::move(e));
+    }
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(meta->status(), "scan block_meta"));
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(access->status(), "scan access"));
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const IndexEntry& a, const IndexEntry& b) {
+                     return a.last_access < b.last_access;
+                   });
+  for (IndexEntry& e : entries) index_.Upsert(std::move(e));
+  if (!orphans.empty()) {
+    std::lock_guard<std::mutex> wl(write_mu_);
+    TURBOKV_RETURN_IF_ERROR(DeleteKeys(orphans).status());
+  }
+  return absl::OkStatus();
+}
+
+BlockStore::~BlockStore() {
+  {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (maintenance_.joinable()) maintenance_.join();
+  if (db_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> wl(write_mu_);
+    (void)FlushAccessTimes();
+  }
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  (void)db_->Flush(flush, {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_});
+  for (rocksdb::ColumnFamilyHandle* h :
+       {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_}) {
+    if (h != nullptr) (void)db_->DestroyColumnFamilyHandle(h);
+  }
+  (void)db_->Close();
+  delete db_;
+}
+
+absl::Status BlockStore::Write(rocksdb::WriteBatch* batch, bool durable) {
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = options_.durability == Durability::kNone || !durable;
+  wo.sync = durable && options_.durability == Durability::kFsync;
+  return FromRocksDb(db_->Write(wo, batch), "write batch");
+}
+
+bool BlockStore::Expired(const IndexEntry& e, int64_t now) const {
+  auto it = namespaces_.find(e.namespace_id);
+  if (it == namespaces_.end() || it->second.ttl_seconds == 0) return false;
+  if (e.lease_until > now) return false;
+  return now - e.last_access >= static_cast<int64_t>(it->second.ttl_seconds);
+}
+
+absl::Status BlockStore::PutNamespace(const NamespaceRecord& record) {
+  std::lock_guard<std::mutex> wl(write_mu_);
+  rocksdb::WriteBatch batch;
+  TURBOKV_RETURN_IF_ERROR(FromRocksDb(
+      batch.Put(cf_namespaces_, NamespaceKey(record.id), EncodeRecord(record)), "batch put"));
+  TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
+  std::lock_guard<std::mutex> l(mu_);
+  namespaces_[record.id] = record;
+  return absl::OkStatus();
+}
+
+std::optional<NamespaceRecord> BlockStore::GetNamespace(uint64_t id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = namespaces_.find(id);
+  if (it == namespaces_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<NamespaceRecord> BlockStore::ListNamespaces() const {
+  std::vector<NamespaceRecord> out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [id, r] : namespaces_) out.push_back(r);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const NamespaceRecord& a, const NamespaceRecord& b) { return a.id < b.id; });
+  return out;
+}
+
+absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
+  std::lock_guard<std::mutex> wl(write_mu_);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!namespaces_.contains(id)) {
+      return absl::NotFoundError(
+          absl::StrCat("namespace ", absl::Hex(id, absl::kZeroPad16), " is not registered"));
+    }
+  }
+  std::string begin = NamespaceKey(id);
+  std::string end = begin + std::string(kMaxBlockHashBytes + 1, '\xff');
+  rocksdb::WriteBatch batch;
+  for (rocksdb::ColumnFamilyHandle* cf : {cf_blocks_, cf_meta_, cf_access_}) {
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.DeleteRange(cf, begin, end), "batch delete range"));
+  }
+  TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Delete(cf_namespaces_, begin), "batch delete"));
+  TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<IndexEntry> entries = index_.EntriesOf(id);
+  for (const IndexEntry& e : entries) {
+    index_.Erase(e.key);
+    dirty_access_.erase(e.key);
+  }
+  namespaces_.erase(id);
+  return entries.size();
+}
+
+std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
+                                                absl::Span<const BlockWrite> blocks) {
+  std::vector<absl::Status> results(blocks.size());
+  std::vector<std::string> keys(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    results[i] = ValidateBlockHash(blocks[i].hash);
+    if (results[i].ok()) keys[i] = BlockKey(namespace_id, blocks[i].hash);
+  }
+  absl::flat_hash_set<std::string_view> batch_keys;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (results[i].ok()) batch_keys.insert(keys[i]);
+  }
+
+  std::lock_guard<std::mutex> wl(write_mu_);
+  const int64_t now = clock_->NowSeconds();
+  std::vector<size_t> accepted;
+  std::vector<IndexEntry> victims;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!namespaces_.contains(namespace_id)) {
+      absl::Status nf = absl::NotFoundError(absl::StrCat(
+          "namespace ", absl::Hex(namespace_id, absl::kZeroPad16), " is not registered"));
+      std::fill(results.begin(), results.end(), nf);
+      return results;
+    }
+    const uint64_t capacity = options_.capacity_bytes;
+    const auto high = static_cast<uint64_t>(static_cast<double>(capacity) * options_.high_watermark);
+    const auto low = static_cast<uint64_t>(static_cast<double>(capacity) * options_.low_watermark);
+    uint64_t pending = 0;  // net growth from blocks accepted so far in this batch
+    absl::flat_hash_map<std::string_view, uint64_t> accepted_charge;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (!results[i].ok()) continue;
+      const uint64_t charge = ChargeFor(keys[i].size(), blocks[i].value.size());
+      uint64_t credit = 0;  // the charge of the block this one replaces
+      if (auto it = accepted_charge.find(keys[i]); it != accepted_charge.end()) {
+        credit = it->second;
+      } else if (const IndexEntry* old = index_.Find(keys[i]); old != nullptr) {
+        credit = old->charge;
+      }
+      auto projected = [&] { return index_.used_bytes() + pending - credit + charge; };
+      if (projected() > high) {
+        const uint64_t target = std::min(low, high);
+        const uint64_t need = projected() > target ? projected() - target : 0;
+        std::vector<IndexEntry> taken = index_.TakeVictims(need, now, batch_keys);
+        for (IndexEntry& v : taken) {
+          evicted_blocks_ += 1;
+          evicted_bytes_ += v.charge;
+          dirty_access_.erase(v.key);
+          victims.push_back(std::move(v));
+        }
+      }
+      if (projected() > capacity) {
+        const uint64_t used = index_.used_bytes() + pending;
+        results[i] = absl::ResourceExhaustedError(absl::StrCat(
+            "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ", capacity,
+            " capacity bytes are in use and ", used - index_.EvictableBytes(now),
+            " of them are leased or written by this request (not evictable)"));
+        continue;
+      }
+      pending = pending + charge - credit;
+      accepted_charge[keys[i]] = charge;
+      accepted.push_back(i);
+    }
+  }
+  if (accepted.empty() && victims.empty()) return results;
+
+  rocksdb::WriteBatch batch;
+  absl::Status s;
+  for (const IndexEntry& v : victims) {
+    for (rocksdb::ColumnFamilyHandle* cf : {cf_blocks_, cf_meta_, cf_access_}) {
+      if (s.ok()) s = FromRocksDb(batch.Delete(cf, v.key), "batch delete");
+    }
+  }
+  for (size_t i : accepted) {
+    if (!s.ok()) break;
+    s = FromRocksDb(batch.Put(cf_blocks_, keys[i], blocks[i].value), "batch put");
+    if (s.ok()) s = FromRocksDb(batch.Put(cf_meta_, keys[i], EncodeMeta(blocks[i].value.size(), now)), "batch put");
+    if (s.ok()) s = FromRocksDb(batch.Put(cf_access_, keys[i], EncodeAccess(now)), "batch put");
+  }
+  if (s.ok()) s = Write(&batch, /*durable=*/true);
+
+  std::lock_guard<std::mutex> l(mu_);
+  if (!s.ok()) {
+    for (IndexEntry& v : victims) {
+      evicted_blocks_ -= 1;
+      evicted_bytes_ -= v.charge;
+      index_.Upsert(std::move(v));
+    }
+    for (size_t i : accepted) results[i] = s;
+    return results;
+  }
+  for (size_t i : accepted) {
+    IndexEntry e;
+    e.key = keys[i];
+    e.namespace_id = namespace_id;
+    e.value_bytes = blocks[i].value.size();
+    e.charge = ChargeFor(keys[i].size(), blocks[i].value.size());
+    e.last_access = now;
+    dirty_access_.erase(e.key);
+    index_.Upsert(std::move(e));
+  }
+  return results;
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
+    uint64_t namespace_id, absl::Span<const std::string_view> hashes) {
+  std::vector<std::optional<std::string>> out(hashes.size());
+  std::vector<std::string> keys(hashes.size());
+  std::vector<size_t> to_read;
+  std::vector<std::string> expired;
+  const int64_t now = clock_->NowSeconds();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!namespaces_.contains(namespace_id)) {
+      return absl::NotFoundError(absl::StrCat(
+          "namespace ", absl::Hex(namespace_id, absl::kZeroPad16), " is not registered"));
+    }
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      if (!ValidateBlockHash(hashes[i]).ok()) continue;
+      keys[i] = BlockKey(namespace_id, hashes[i]);
+      const IndexEntry* e = index_.Find(keys[i]);
+      if (e == nullptr) continue;
+      if (Expired(*e, now)) {
+        expired.push_back(keys[i]);
+        continue;
+      }
+      to_read.push_back(i);
+    }
+  }
+  std::vector<std::string> corrupt;
+  if (!to_read.empty()) {
+    std::vector<rocksdb::Slice> slices;
+    slices.reserve(to_read.size());
+    for (size_t i : to_read) slices.emplace_back(keys[i]);
+    std::vector<rocksdb::PinnableSlice> values(to_read.size());
+    std::vector<rocksdb::Status> statuses(to_read.size());
+    db_->MultiGet(rocksdb::ReadOptions(), cf_blocks_, slices.size(), slices.data(), values.data(),
+                  statuses.data());
+    for (size_t j = 0; j < to_read.size(); ++j) {
+      const size_t i = to_read[j];
+      // Deleted between the index check and the read: the deleter updates the index.
+      if (statuses[j].IsNotFound()) continue;
+      if (statuses[j].IsCorruption()) {
+        corrupt.push_back(keys[i]);
+        continue;
+      }
+      TURBOKV_RETURN_IF_ERROR(FromRocksDb(statuses[j], "multiget blocks"));
+      absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(values[j].data()),
+                                      values[j].size());
+      if (!verifier_(bytes).ok()) {
+        corrupt.push_back(keys[i]);
+        continue;
+      }
+      out[i] = values[j].ToString();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i : to_read) {
+      if (!out[i].has_value()) continue;
+      IndexEntry* e = index_.Find(keys[i]);
+      if (e == nullptr) continue;
+      e->last_access = now;
+      e->lease_until = 0;
+      index_.Touch(e);
+      dirty_access_.insert(keys[i]);
+    }
+    checksum_failures_ += corrupt.size();
+  }
+  if (!corrupt.empty() || !expired.empty()) {
+    std::lock_guard<std::mutex> wl(write_mu_);
+    std::vector<std::string> doomed = std::move(corrupt);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (std::string& k : expired) {
+        const IndexEntry* e = index_.Find(k);
+        if (e != nullptr && Expired(*e, now)) {
+          doomed.push_back(std::move(k));
+          expired_blocks_ += 1;
+        }
+      }
+    }
+    TURBOKV_RETURN_IF_ERROR(DeleteKeys(doomed).status());
+  }
+  return out;
+}
+
+absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
+                                          absl::Span<const std::string_view> hashes,
+                                          uint32_t lease_seconds) {
+  const int64_t now = clock_->NowSeconds();
+  std::lock_guard<std::mutex> l(mu_);
+  if (!namespaces_.contains(namespace_id)) {
+    return absl::NotFoundError(absl::StrCat(
+        "namespace ", absl::Hex(namespace_id, absl::kZeroPad16), " is not registered"));
+  }
+  size_t matched = 0;
+  std::string key;
+  for (std::string_view hash : hashes) {
+    if (!ValidateBlockHash(hash).ok()) break;
+    key = BlockKey(namespace_id, hash);
+    IndexEntry* e = index_.Find(key);
+    if (e == nullptr || Expired(*e, now)) break;
+    index_.Touch(e);
+    if (lease_seconds > 0) {
+      e->lease_until = std::max<int64_t>(e->lease_until, now + lease_seconds);
+    }
+    ++matched;
+  }
+  return matched;
+}
+
+absl::StatusOr<uint64_t> BlockStore::DeleteBlocks(uint64_t namespace_id,
+                                                  absl::Span<const std::string_view> hashes) {
+  std::lock_guard<std::mutex> wl(write_mu_);
+  std::vector<std::string> keys;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!namespaces_.contains(namespace_id)) {
+      return absl::NotFoundError(absl::StrCat(
+          "namespace ", absl::Hex(namespace_id, absl::kZeroPad16), " is not registered"));
+    }
+    for (std::string_view hash : hashes) {
+      if (!ValidateBlockHash(hash).ok()) continue;
+      std::string key = BlockKey(namespace_id, hash);
+      if (index_.Find(key) != nullptr) keys.push_back(std::move(key));
+    }
+  }
+  return DeleteKeys(keys);
+}
+
+absl::StatusOr<uint64_t> BlockStore::DeleteKeys(const std::vector<std::string>& keys) {
+  if (keys.empty()) return 0;
+  rocksdb::WriteBatch batch;
+  for (const std::string& k : keys) {
+    for (rocksdb::ColumnFamilyHandle* cf : {cf_blocks_, cf_meta_, cf_access_}) {
+      TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Delete(cf, k), "batch delete"));
+    }
+  }
+  TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t erased = 0;
+  for (const std::string& k : keys) {
+    if (index_.Erase(k)) ++erased;
+    dirty_access_.erase(k);
+  }
+  return erased;
+}
+
+absl::Status BlockStore::FlushAccessTimes() {
+  rocksdb::WriteBatch batch;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (dirty_access_.empty()) return absl::OkStatus();
+    for (const std::string& k : dirty_access_) {
+      const IndexEntry* e = index_.Find(k);
+      if (e == nullptr) continue;
+      TURBOKV_RETURN_IF_ERROR(
+          FromRocksDb(batch.Put(cf_access_, k, EncodeAccess(e->last_access)), "batch put"));
+    }
+    dirty_access_.clear();
+  }
+  return Write(&batch, /*durable=*/false);
+}
+
+absl::Status BlockStore::RunMaintenance() {
+  std::lock_guard<std::mutex> wl(write_mu_);
+  const int64_t now = clock_->NowSeconds();
+  std::vector<std::string> expired;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    bool any_ttl = false;
+    for (const auto& [id, r] : namespaces_) any_ttl |= r.ttl_seconds > 0;
+    if (any_ttl) {
+      for (const IndexEntry& e :
+           index_.Select([&](const IndexEntry& e) { return Expired(e, now); })) {
+        expired.push_back(e.key);
+      }
+    }
+  }
+  TURBOKV_ASSIGN_OR_RETURN(uint64_t n, DeleteKeys(expired));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    expired_blocks_ += n;
+  }
+  return FlushAccessTimes();
+}
+
+void BlockStore::MaintenanceLoop() {
+  std::unique_lock<std::mutex> l(stop_mu_);
+  while (!stop_) {
+    stop_cv_.wait_for(l, std::chrono::milliseconds(options_.maintenance_interval_ms));
+    if (stop_) break;
+    l.unlock();
+    (void)RunMaintenance();  // errors surface again on the next request's write
+    l.lock();
+  }
+}
+
+StoreStats BlockStore::Stats() const {
+  StoreStats s;
+  s.capacity_bytes = options_.capacity_bytes;
+  std::lock_guard<std::mutex> l(mu_);
+  s.used_bytes = index_.used_bytes();
+  s.value_bytes = index_.value_bytes();
+  s.blocks = index_.blocks();
+  s.evicted_blocks = evicted_blocks_;
+  s.evicted_bytes = evicted_bytes_;
+  s.expired_blocks = expired_blocks_;
+  s.checksum_failures = checksum_failures_;
+  for (const auto& [id, r] : namespaces_) {
+    NamespaceStatsEntry n;
+    n.record = r;
+    if (auto it = index_.usage().find(id); it != index_.usage().end()) {
+      n.blocks = it->second.blocks;
+      n.value_bytes = it->second.value_bytes;
+    }
+    n.logical_bytes = n.blocks * r.logical_block_bytes;
+    s.logical_bytes += n.logical_bytes;
+    s.namespaces.push_back(std::move(n));
+  }
+  std::sort(s.namespaces.begin(), s.namespaces.end(),
+            [](const NamespaceStatsEntry& a, const NamespaceStatsEntry& b) {
+              return a.record.id < b.record.id;
+            });
+  return s;
+}
+
+DbStats BlockStore::GetDbStats() const {
+  DbStats d;
+  for (rocksdb::ColumnFamilyHandle* cf :
+       {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_}) {
+    uint64_t v = 0;
+    if (db_->GetIntProperty(cf, "rocksdb.total-sst-files-size", &v)) d.sst_bytes += v;
+    if (db_->GetIntProperty(cf, "rocksdb.total-blob-file-size", &v)) d.blob_bytes += v;
+    if (db_->GetIntProperty(cf, "rocksdb.estimate-pending-compaction-bytes", &v)) {
+      d.pending_compaction_bytes += v;
+    }
+  }
+  return d;
+}
+
+}  // namespace turbokv::server

@@ -1,0 +1,198 @@
+// The block store: packed KV blocks in an embedded RocksDB (DESIGN.md section 5).
+//
+// Column families:
+//   blocks      key = 8-byte big-endian namespace id || block hash (8..32 bytes)
+//               value = packed block (BlobDB: values >= min_blob_size live in blob files)
+//   block_meta  same key -> fixed64 LE value bytes, fixed64 LE put time (unix seconds);
+//               written in the same WriteBatch as the value, so the two never disagree.
+//   access      same key -> fixed64 LE last access (unix seconds). Written in batches by the
+//               maintenance pass with the WAL off: an access time lost in a crash only makes
+//               eviction slightly less accurate. Entries without block_meta are ignored.
+//   namespaces  fixed64 BE namespace id -> NamespaceRecord (see block_store.cc)
+//
+// All of a PutBlocks call (values, metadata, evicted blocks' deletions) is one WriteBatch:
+// a block is visible whole or not at all. Every value read is checked with the verifier (the
+// codec's VerifyPackedChecksum in the server); a value that fails is deleted, counted and
+// reported missing, never returned.
+//
+// Capacity: an in-memory index (BlockIndex, rebuilt on open by scanning block_meta and
+// access) tracks every block's charge (value + keys + metadata bytes) and recency. A put that
+// would take the charged bytes above high_watermark evicts least recently used blocks (Lookup,
+// GetBlocks and PutBlocks count as uses) that are not leased, down to low_watermark; a block
+// that does not fit even after evicting everything evictable fails with ResourceExhausted.
+//
+// Thread safety: all methods are thread-safe. Mutations (put, delete, drop, expiry, eviction)
+// are serialized by one writer mutex; reads run concurrently with them.
+#ifndef TURBOKV_SERVER_STORAGE_BLOCK_STORE_H_
+#define TURBOKV_SERVER_STORAGE_BLOCK_STORE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/storage/block_index.h"
+#include "server/storage/clock.h"
+#include "server/storage/storage_options.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace turbokv::server {
+
+// Block hashes are opaque bytes of this length range (DESIGN.md section 1).
+inline constexpr size_t kMinBlockHashBytes = 8;
+inline constexpr size_t kMaxBlockHashBytes = 32;
+// InvalidArgument naming the length when a hash is outside [8, 32] bytes.
+[[nodiscard]] absl::Status ValidateBlockHash(std::string_view hash);
+
+// What the store keeps about a namespace. The descriptor is opaque here (the service layer
+// stores its serialized canonical NamespaceDescriptor).
+struct NamespaceRecord {
+  uint64_t id = 0;
+  std::string descriptor;            // opaque bytes
+  uint32_t ttl_seconds = 0;          // 0: blocks never expire
+  uint64_t logical_block_bytes = 0;  // raw bytes of one block in the namespace dtype
+};
+
+struct NamespaceStatsEntry {
+  NamespaceRecord record;
+  uint64_t blocks = 0;
+  uint64_t value_bytes = 0;    // packed bytes stored
+  uint64_t logical_bytes = 0;  // blocks * logical_block_bytes
+};
+
+struct StoreStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;     // charged bytes (values + keys + metadata)
+  uint64_t value_bytes = 0;    // packed bytes of all values
+  uint64_t blocks = 0;
+  uint64_t logical_bytes = 0;
+  uint64_t evicted_blocks = 0;  // since open
+  uint64_t evicted_bytes = 0;   // charged bytes evicted since open
+  uint64_t expired_blocks = 0;  // TTL expiries since open
+  uint64_t checksum_failures = 0;  // since open
+  std::vector<NamespaceStatsEntry> namespaces;  // sorted by id
+};
+
+// RocksDB's own view of its size.
+struct DbStats {
+  uint64_t sst_bytes = 0;         // rocksdb.total-sst-files-size, all column families
+  uint64_t blob_bytes = 0;        // rocksdb.total-blob-file-size
+  uint64_t pending_compaction_bytes = 0;  // rocksdb.estimate-pending-compaction-bytes
+};
+
+// Checks one stored value before it is returned (the server passes the codec's
+// VerifyPackedChecksum). Non-OK = corrupt.
+using ValueVerifier = std::function<absl::Status(absl::Span<const uint8_t> value)>;
+
+class BlockStore {
+ public:
+  // Opens (creating if needed) the database in options.data_dir and rebuilds the index.
+  // `clock` may be null (the system clock); it must outlive the store.
+  // InvalidArgument: bad options. Unavailable / DataLoss / Internal: RocksDB failed to open.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<BlockStore>> Open(
+      const StorageOptions& options, ValueVerifier verifier, const Clock* clock = nullptr);
+  // Persists access times, flushes memtables and closes the database.
+  ~BlockStore();
+  BlockStore(const BlockStore&) = delete;
+  BlockStore& operator=(const BlockStore&) = delete;
+
+  // Creates or updates a namespace record (durably, per the durability option).
+  [[nodiscard]] absl::Status PutNamespace(const NamespaceRecord& record);
+  std::optional<NamespaceRecord> GetNamespace(uint64_t id) const;
+  std::vector<NamespaceRecord> ListNamespaces() const;  // sorted by id
+  // Deletes the namespace and all its blocks (one write). NotFound when unknown.
+  [[nodiscard]] absl::StatusOr<uint64_t> DropNamespace(uint64_t id);
+
+  struct BlockWrite {
+    std::string_view hash;   // 8..32 bytes
+    std::string_view value;  // packed block
+  };
+  // Stores blocks (all that fit in one WriteBatch). Returns one status per block: OK (stored
+  // and durable per the durability option), InvalidArgument (bad hash), ResourceExhausted
+  // (does not fit even after evicting everything evictable). NotFound for every block when
+  // the namespace is unknown; Unavailable/Internal for every block when the write fails.
+  std::vector<absl::Status> PutBlocks(uint64_t namespace_id, absl::Span<const BlockWrite> blocks);
+
+  // Reads blocks with one MultiGet. Each result is the verified value, or nullopt when the
+  // block is missing, expired or failed verification (then deleted and counted). Releases
+  // the blocks' leases and refreshes their recency and TTL. NotFound: unknown namespace.
+  [[nodiscard]] absl::StatusOr<std::vector<std::optional<std::string>>> GetBlocks(
+      uint64_t namespace_id, absl::Span<const std::string_view> hashes);
+
+  // Number of leading hashes of the prefix chain that are stored (index only, no value I/O).
+  // Matched blocks become most recently used; with lease_seconds > 0 they are not evicted
+  // for that long (or until a GetBlocks of them). NotFound: unknown namespace.
+  [[nodiscard]] absl::StatusOr<size_t> Lookup(uint64_t namespace_id,
+                                              absl::Span<const std::string_view> hashes,
+                                              uint32_t lease_seconds);
+
+  // Deletes the blocks that exist (one write); returns how many did. NotFound: namespace.
+  [[nodiscard]] absl::StatusOr<uint64_t> DeleteBlocks(uint64_t namespace_id,
+                                                      absl::Span<const std::string_view> hashes);
+
+  // Deletes expired blocks and persists batched access times. Runs every
+  // maintenance_interval_ms in the background; tests may call it directly.
+  [[nodiscard]] absl::Status RunMaintenance();
+
+  StoreStats Stats() const;
+  DbStats GetDbStats() const;
+  const StorageOptions& options() const { return options_; }
+
+ private:
+  BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock);
+  absl::Status OpenDb();
+  absl::Status Recover();
+  absl::Status Write(rocksdb::WriteBatch* batch, bool durable);
+  bool Expired(const IndexEntry& e, int64_t now) const;  // requires mu_
+  // Deletes blocks by key (one write). Requires write_mu_.
+  absl::StatusOr<uint64_t> DeleteKeys(const std::vector<std::string>& keys);
+  absl::Status FlushAccessTimes();  // requires write_mu_
+  void MaintenanceLoop();
+
+  const StorageOptions options_;
+  const ValueVerifier verifier_;
+  const Clock* const clock_;
+
+  rocksdb::DB* db_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_default_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_blocks_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_meta_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_access_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_namespaces_ = nullptr;
+
+  std::mutex write_mu_;  // serializes mutations; taken before mu_
+  mutable std::mutex mu_;  // guards everything below
+  BlockIndex index_;
+  absl::flat_hash_map<uint64_t, NamespaceRecord> namespaces_;
+  absl::flat_hash_set<std::string> dirty_access_;  // keys whose last_access changed
+  uint64_t evicted_blocks_ = 0;
+  uint64_t evicted_bytes_ = 0;
+  uint64_t expired_blocks_ = 0;
+  uint64_t checksum_failures_ = 0;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread maintenance_;
+};
+
+}  // namespace turbokv::server
+
+#endif  // TURBOKV_SERVER_STORAGE_BLOCK_STORE_H_
