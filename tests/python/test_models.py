@@ -359,3 +359,112 @@ def test_capture_reproduces_smollm2_fixture(smollm2):
     kv = smollm2.prefill(tokens, logits="last")[1].astype(np.float16).astype(np.float32)
     want = np.load(os.path.join(FIXTURES, "smollm2_kv_64_fp16.npy")).astype(np.float32)
     np.testing.assert_allclose(kv, want, rtol=2e-3, atol=2e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# tools/demo/turbokv_demo.py against an in-memory fake of the turbokv client API
+# ---------------------------------------------------------------------------------------------
+def _load_demo():
+    sys.path.insert(0, os.path.join(REPO, "tools", "demo"))
+    spec = importlib.util.spec_from_file_location(
+        "turbokv_demo", os.path.join(REPO, "tools", "demo", "turbokv_demo.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["turbokv_demo"] = mod  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _FakeClient:
+    """The subset of ``turbokv.Client`` the demo uses, storing fp16 blocks in a dict. It reports
+    ``stored_bytes`` as a 4.5-bpv packed block would, but returns the fp16 data unchanged."""
+
+    def __init__(self):
+        self.blocks = {}
+        self.calls = []
+
+    def register_namespace(self, **kw):
+        self.calls.append(("register", kw))
+        raw = kw["num_layers"] * 2 * kw["block_tokens"] * kw["num_kv_heads"] * kw["head_dim"] * 2
+        import types
+        return types.SimpleNamespace(namespace_id=0x1234_5678_9ABC_DEF0, raw_block_bytes=raw,
+                                     packed_block_bytes=raw * 45 // 160, bits_per_value=4.5,
+                                     created=True)
+
+    def lookup(self, ns, hashes, lease_seconds=0):
+        n = 0
+        while n < len(hashes) and (ns, hashes[n]) in self.blocks:
+            n += 1
+        self.calls.append(("lookup", len(hashes), n))
+        import types
+        return types.SimpleNamespace(matched_blocks=n, matched_tokens=16 * n)
+
+    def get_blocks(self, ns, hashes, dtype="fp16"):
+        assert dtype == "fp16"
+        self.calls.append(("get", len(hashes)))
+        return [self.blocks.get((ns, h)) for h in hashes]
+
+    def put_blocks(self, ns, hashes, blocks):
+        import types
+        assert blocks.dtype == np.float16 and blocks.shape[0] == len(hashes)
+        self.calls.append(("put", len(hashes)))
+        out = []
+        for h, b in zip(hashes, blocks):
+            self.blocks[(ns, h)] = b.copy()
+            out.append(types.SimpleNamespace(code=0, stored_bytes=b.nbytes * 45 // 160))
+        return out
+
+
+def _hasher_factory():
+    try:
+        from turbokv.hasher import PrefixHasher
+        return PrefixHasher
+    except ImportError:  # the client package is not in this checkout
+        import hashlib
+
+        class _Hasher:
+            def __init__(self, ns):
+                self.root = hashlib.sha256(int(ns).to_bytes(8, "little")).digest()
+
+            def block_hashes(self, tokens, block_tokens):
+                le = np.asarray(tokens).astype("<u4").tobytes()
+                h, out = self.root, []
+                for i in range(len(tokens) // block_tokens):
+                    h = hashlib.sha256(h + le[i * 64:(i + 1) * 64]).digest()
+                    out.append(h)
+                return out
+        return _Hasher
+
+
+def test_demo_reuses_prefixes_with_fake_client(stories):
+    demo_mod = _load_demo()
+    client = _FakeClient()
+    demo = demo_mod.Demo(client, _hasher_factory(), stories, "stories260k", "k4v4-g32",
+                         max_new_tokens=12, log=lambda s: None)
+    demo.run()
+    reps = demo.reports
+    assert [r.scenario for r in reps] == ["lily"] * 4 + ["tom"] * 3
+    assert reps[0].reused_tokens == 0 and reps[0].computed_tokens == reps[0].prompt_tokens
+    # Each later turn of the conversation extends the previous prompt: most of it is reused.
+    for r in reps[1:4] + reps[5:7]:
+        assert r.reused_tokens >= 16 and r.reused_tokens % 16 == 0
+        assert r.flops_reuse < r.flops_full
+    for r in reps:
+        assert r.reused_tokens + r.computed_tokens == r.prompt_tokens
+        assert r.put_blocks == r.full_blocks - r.reused_tokens // 16
+        assert r.sent_bytes == r.put_blocks * 5 * 2 * 16 * 4 * 8 * 2
+        assert r.argmax_agrees and r.max_abs_logit_delta < 0.05  # fp16 rounding only
+    t = demo.totals()
+    assert t["put_blocks"] == len(client.blocks)
+    assert t["compression_ratio"] == pytest.approx(160 / 45, rel=1e-3)
+    table = demo_mod.format_table(demo)
+    assert "TOTAL" in table and "7/7" in table
+    json.dumps(demo.as_json({"blocks": len(client.blocks)}))
+
+    # A second run finds every full block: only the last token of each prompt is computed.
+    again = demo_mod.Demo(client, _hasher_factory(), stories, "stories260k", "k4v4-g32",
+                          max_new_tokens=12, log=lambda s: None)
+    again.run(["tom"])
+    for r in again.reports:
+        assert r.put_blocks == 0
+        assert r.computed_tokens == r.prompt_tokens - r.full_blocks * 16 or \
+            r.computed_tokens == 1

@@ -81,8 +81,10 @@ class Llama2cTokenizer(Tokenizer):
         return ids + toks
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` as llama2.c ``decode`` prints it (leading space after BOS stripped,
-        ``<0xXX>`` pieces turned into raw bytes, BOS/EOS dropped)."""
+        """Text of ``ids`` as llama2.c ``decode`` prints it: the space that starts the piece right
+        after BOS is dropped (the dummy prefix), ``<0xXX>`` pieces become raw bytes, BOS/EOS are
+        dropped. Without a BOS the text keeps its leading space, so decoded continuations can be
+        appended to a prompt as they are."""
         out = bytearray()
         prev = -1
         for t in ids:
@@ -91,7 +93,7 @@ class Llama2cTokenizer(Tokenizer):
                 prev = t
                 continue
             piece = self.pieces[t]
-            if (prev == self.bos_id or (prev == -1 and not out)) and piece.startswith(b" "):
+            if prev == self.bos_id and piece.startswith(b" "):
                 piece = piece[1:]
             m = _BYTE_PIECE.match(piece)
             out += bytes([int(m.group(1), 16)]) if m else piece
