@@ -1,0 +1,19 @@
+# Unit tests of the server: storage (RocksDB block store, index), options, namespace registry.
+include(GoogleTest)
+find_package(RocksDB CONFIG REQUIRED)
+if(TARGET turbokv_server_storage)
+  add_executable(storage_unit_tests
+    ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_index_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_store_test.cc)
+  target_link_libraries(storage_unit_tests PRIVATE turbokv::server_storage RocksDB::rocksdb
+                        PkgConfig::XXHASH GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(storage_unit_tests PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)
+endif()
+if(TARGET turbokv_server_service)
+  add_executable(server_unit_tests
+    ${CMAKE_SOURCE_DIR}/tests/unit/server_options_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/server_namespace_registry_test.cc)
+  target_link_libraries(server_unit_tests PRIVATE turbokv::server_service GTest::gtest
+                        GTest::gtest_main)
+  gtest_discover_tests(server_unit_tests PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)
+endif()

@@ -1,0 +1,174 @@
+// Namespace canonicalization, ids and registration (server/service/namespace_registry.h).
+#include "server/service/namespace_registry.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "server/service/codec_backend.h"
+#include "storage_test_util.h"
+#include "turbokv/codec/block_codec.h"
+
+namespace turbokv::server {
+namespace {
+
+v1::NamespaceDescriptor Descriptor() {
+  v1::NamespaceDescriptor d;
+  d.set_model("HuggingFaceTB/SmolLM2-135M-Instruct");
+  d.set_model_revision("main");
+  d.set_dtype(v1::DTYPE_FP16);
+  d.set_num_layers(30);
+  d.set_num_kv_heads(3);
+  d.set_head_dim(64);
+  d.set_block_tokens(16);
+  return d;
+}
+
+TEST(CanonicalizeTest, PresetAndEquivalentExplicitCodecShareTheId) {
+  auto a = Canonicalize(Descriptor(), "k4v4-g32");
+  ASSERT_TRUE(a.ok()) << a.status();
+  const v1::CodecConfig& c = a->descriptor.codec();
+  EXPECT_TRUE(c.preset().empty());
+  EXPECT_EQ(c.key().bits(), 4u);
+  EXPECT_EQ(c.key().group_size(), 32u);
+  EXPECT_EQ(c.value().bits(), 4u);
+  EXPECT_TRUE(c.has_rotation_seed());
+  EXPECT_EQ(c.rotation_seed(), codec::kDefaultRotationSeed);
+  EXPECT_EQ(a->descriptor.tp_size(), 1u);
+
+  v1::NamespaceDescriptor named = Descriptor();
+  named.mutable_codec()->set_preset("k4v4-g32");
+  v1::NamespaceDescriptor expl = Descriptor();
+  expl.mutable_codec()->mutable_key()->set_bits(4);
+  expl.mutable_codec()->mutable_key()->set_group_size(32);
+  expl.mutable_codec()->mutable_value()->set_bits(4);
+  expl.mutable_codec()->mutable_value()->set_group_size(32);
+  expl.set_tp_size(1);
+  expl.set_ttl_seconds(600);  // not part of the identity
+  auto b = Canonicalize(named, "k3v3-g32");
+  auto e = Canonicalize(expl, "k3v3-g32");
+  ASSERT_TRUE(b.ok() && e.ok());
+  const uint64_t id = NamespaceId(a->descriptor);
+  EXPECT_EQ(NamespaceId(b->descriptor), id);
+  EXPECT_EQ(NamespaceId(e->descriptor), id);
+  // Canonicalizing the canonical form is a no-op.
+  auto again = Canonicalize(a->descriptor, "raw");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(NamespaceId(again->descriptor), id);
+  EXPECT_EQ(CanonicalBytes(again->descriptor), CanonicalBytes(a->descriptor));
+  EXPECT_EQ(CanonicalBytes(a->descriptor).rfind("turbokv/ns/v1", 0), 0u);
+}
+
+TEST(CanonicalizeTest, EveryIdentityFieldChangesTheId) {
+  const uint64_t base = NamespaceId(Canonicalize(Descriptor(), "k4v4-g32")->descriptor);
+  auto id_with = [](auto mutate) {
+    v1::NamespaceDescriptor d = Descriptor();
+    mutate(d);
+    auto c = Canonicalize(d, "k4v4-g32");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return NamespaceId(c->descriptor);
+  };
+  EXPECT_NE(id_with([](auto& d) { d.set_cache_salt("tenant-a"); }), base);
+  EXPECT_NE(id_with([](auto& d) { d.set_model_revision("v2"); }), base);
+  EXPECT_NE(id_with([](auto& d) { d.set_dtype(v1::DTYPE_BF16); }), base);
+  EXPECT_NE(id_with([](auto& d) { d.set_tp_size(2); d.set_tp_rank(1); }), base);
+  EXPECT_NE(id_with([](auto& d) { d.set_block_tokens(256); }), base);
+  EXPECT_NE(id_with([](auto& d) { d.mutable_codec()->set_preset("k3v3-g32"); }), base);
+  EXPECT_NE(id_with([](auto& d) { d.mutable_codec()->set_rotation_seed(1); }), base);
+  EXPECT_EQ(id_with([](auto& d) { d.set_tp_size(0); }), base);  // 0 and 1 both mean unsharded
+  // The QJL seed is irrelevant without QJL.
+  EXPECT_EQ(id_with([](auto& d) { d.mutable_codec()->set_qjl_seed(5); }), base);
+}
+
+TEST(CanonicalizeTest, InvalidDescriptorsNameTheField) {
+  auto expect_bad = [](auto mutate, const std::string& field) {
+    v1::NamespaceDescriptor d = Descriptor();
+    mutate(d);
+    auto c = Canonicalize(d, "k4v4-g32");
+    ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status();
+  };
+  expect_bad([](auto& d) { d.set_model(""); }, "model");
+  expect_bad([](auto& d) { d.set_dtype(v1::DTYPE_UNSPECIFIED); }, "dtype");
+  expect_bad([](auto& d) { d.set_head_dim(0); }, "head_dim");
+  expect_bad([](auto& d) { d.set_head_dim(12); }, "head_dim");
+  expect_bad([](auto& d) { d.set_num_layers(0); }, "num_layers");
+  expect_bad([](auto& d) { d.set_tp_rank(1); }, "tp_rank");
+  expect_bad([](auto& d) { d.mutable_codec()->set_preset("k9"); }, "preset");
+  expect_bad([](auto& d) { d.mutable_codec()->mutable_key()->set_bits(4); }, "codec");
+  expect_bad(
+      [](auto& d) {
+        d.mutable_codec()->mutable_key()->set_bits(5);
+        d.mutable_codec()->mutable_value()->set_bits(4);
+      },
+      "key.bits");
+  expect_bad(
+      [](auto& d) {
+        d.mutable_codec()->mutable_key()->set_bits(4);
+        d.mutable_codec()->mutable_key()->set_group_size(128);  // > head_dim 64
+        d.mutable_codec()->mutable_value()->set_bits(4);
+        d.mutable_codec()->mutable_value()->set_group_size(32);
+      },
+      "group");
+  expect_bad([](auto& d) { d.mutable_codec()->set_protected_bits(4); }, "protected_bits");
+}
+
+TEST(NamespaceRegistryTest, RegisterIsIdempotentAndSurvivesReopen) {
+  testing::TempDir dir;
+  StorageOptions o;
+  o.data_dir = dir.path();
+  o.maintenance_interval_ms = 0;
+  auto verify = [](absl::Span<const uint8_t> v) { return codec::VerifyPackedChecksum(v); };
+  uint64_t id = 0;
+  size_t packed = 0;
+  {
+    auto store = BlockStore::Open(o, verify);
+    ASSERT_TRUE(store.ok()) << store.status();
+    NamespaceRegistry registry(store->get(), "k4v4-g32");
+    auto r1 = registry.Register(Descriptor());
+    ASSERT_TRUE(r1.ok()) << r1.status();
+    EXPECT_TRUE(r1->created);
+    id = r1->ns->id;
+    packed = r1->ns->codec.packed_bytes();
+    EXPECT_EQ(r1->ns->codec.namespace_id(), id);
+    EXPECT_EQ(r1->ns->codec.raw_bytes(), 30u * 2 * 16 * 3 * 64 * 2);
+    auto r2 = registry.Register(Descriptor());
+    ASSERT_TRUE(r2.ok());
+    EXPECT_FALSE(r2->created);
+    EXPECT_EQ(r2->ns->id, id);
+
+    v1::NamespaceDescriptor with_ttl = Descriptor();
+    with_ttl.set_ttl_seconds(60);
+    auto r3 = registry.Register(with_ttl);  // same id, ttl updated
+    ASSERT_TRUE(r3.ok());
+    EXPECT_FALSE(r3->created);
+    EXPECT_EQ(r3->ns->id, id);
+    EXPECT_EQ((*store)->GetNamespace(id)->ttl_seconds, 60u);
+    EXPECT_EQ(registry.Get(id + 1).status().code(), absl::StatusCode::kNotFound);
+  }
+  {
+    auto store = BlockStore::Open(o, verify);
+    ASSERT_TRUE(store.ok());
+    NamespaceRegistry registry(store->get(), "raw");  // the default preset does not matter now
+    ASSERT_TRUE(registry.Load().ok());
+    auto ns = registry.Get(id);
+    ASSERT_TRUE(ns.ok());
+    EXPECT_EQ((*ns)->codec.packed_bytes(), packed);
+    EXPECT_EQ((*ns)->descriptor.ttl_seconds(), 60u);
+    auto dropped = registry.Drop(id);
+    ASSERT_TRUE(dropped.ok());
+    EXPECT_EQ(registry.Get(id).status().code(), absl::StatusCode::kNotFound);
+  }
+}
+
+TEST(CodecBackendTest, CpuIsNamedAndCudaFailsClearly) {
+  auto cpu = SelectCodecBackend(CodecBackendKind::kCpu);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->name.rfind("cpu-", 0), 0u) << cpu->name;
+  auto cuda = SelectCodecBackend(CodecBackendKind::kCuda);
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(cuda.status().message().find("cuda"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace turbokv::server

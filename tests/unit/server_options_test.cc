@@ -1,0 +1,58 @@
+#include "server/server_options.h"
+
+#include "gtest/gtest.h"
+
+namespace turbokv::server {
+namespace {
+
+TEST(ParseByteSizeTest, UnitsAndErrors) {
+  EXPECT_EQ(*ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(*ParseByteSize("10GiB"), uint64_t{10} << 30);
+  EXPECT_EQ(*ParseByteSize("10 gib"), uint64_t{10} << 30);
+  EXPECT_EQ(*ParseByteSize("512MiB"), uint64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("1.5KiB"), 1536u);
+  EXPECT_EQ(*ParseByteSize("2TiB"), uint64_t{2} << 40);
+  EXPECT_EQ(*ParseByteSize("100MB"), 100'000'000u);
+  EXPECT_EQ(*ParseByteSize("3GB"), 3'000'000'000u);
+  EXPECT_EQ(*ParseByteSize("7KB"), 7000u);
+  EXPECT_EQ(*ParseByteSize("64k"), 65536u);
+  EXPECT_EQ(*ParseByteSize("12B"), 12u);
+  for (const char* bad : {"", "GiB", "10 parsecs", "1.2.3MiB", "-5", "1e3"}) {
+    auto r = ParseByteSize(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_NE(ParseByteSize("ten").status().message().find("\"ten\""), std::string::npos);
+}
+
+TEST(FormatByteSizeTest, Readable) {
+  EXPECT_EQ(FormatByteSize(512), "512 B");
+  EXPECT_EQ(FormatByteSize(uint64_t{10} << 30), "10 GiB");
+  EXPECT_EQ(FormatByteSize(1536), "1.5 KiB");
+}
+
+TEST(ServerOptionsTest, DefaultsValidateAndBadValuesNameTheField) {
+  ServerOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_EQ(o.listen_address, "0.0.0.0:50051");
+  EXPECT_EQ(o.storage.durability, Durability::kWal);
+  EXPECT_EQ(o.codec.default_preset, "k4v4-g32");
+
+  o.codec.default_preset = "k9v9";
+  absl::Status s = o.Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("default_preset"), std::string::npos) << s;
+
+  o = ServerOptions();
+  o.codec.threads = -1;
+  EXPECT_NE(o.Validate().message().find("codec.threads"), std::string::npos);
+
+  o = ServerOptions();
+  o.storage.high_watermark = 1.5;
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(*ParseCodecBackendKind("cuda"), CodecBackendKind::kCuda);
+  EXPECT_EQ(ParseCodecBackendKind("tpu").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace turbokv::server

@@ -1,0 +1,475 @@
+// BlockStore on a real RocksDB in a temporary directory, with random values that carry the
+// packed-block checksum trailer and a fake clock for leases and TTL.
+#include "server/storage/block_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "storage_test_util.h"
+
+namespace turbokv::server {
+namespace {
+
+using testing::FakeClock;
+using testing::HashOf;
+using testing::MakeValue;
+using testing::TempDir;
+using testing::VerifyTrailer;
+
+constexpr uint64_t kNs = 0x0123456789abcdefULL;
+constexpr uint64_t kNs2 = 0xfedcba9876543210ULL;
+constexpr size_t kValueBytes = 10000;
+
+class BlockStoreTest : public ::testing::Test {
+ protected:
+  StorageOptions Options(uint64_t capacity = uint64_t{1} << 30) const {
+    StorageOptions o;
+    o.data_dir = dir_.path();
+    o.capacity_bytes = capacity;
+    o.maintenance_interval_ms = 0;
+    return o;
+  }
+  std::unique_ptr<BlockStore> Open(const StorageOptions& o) {
+    auto s = BlockStore::Open(o, VerifyTrailer, &clock_);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  static void Register(BlockStore& s, uint64_t id, uint32_t ttl = 0) {
+    NamespaceRecord r;
+    r.id = id;
+    r.descriptor = "descriptor of " + std::to_string(id);
+    r.ttl_seconds = ttl;
+    r.logical_block_bytes = 4 * kValueBytes;
+    ASSERT_TRUE(s.PutNamespace(r).ok());
+  }
+  static absl::Status Put(BlockStore& s, uint64_t ns, const std::string& hash,
+                          const std::string& value) {
+    BlockStore::BlockWrite w{hash, value};
+    return s.PutBlocks(ns, absl::MakeConstSpan(&w, 1))[0];
+  }
+  static std::optional<std::string> Get(BlockStore& s, uint64_t ns, const std::string& hash) {
+    std::string_view h = hash;
+    auto r = s.GetBlocks(ns, absl::MakeConstSpan(&h, 1));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? (*r)[0] : std::nullopt;
+  }
+  static size_t Lookup(BlockStore& s, uint64_t ns, const std::vector<std::string>& chain,
+                       uint32_t lease = 0) {
+    std::vector<std::string_view> views(chain.begin(), chain.end());
+    auto r = s.Lookup(ns, views, lease);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : 0;
+  }
+  bool Has(BlockStore& s, uint64_t i) { return Lookup(s, kNs, {HashOf(i)}) == 1; }
+
+  // Charged bytes of one block of kValueBytes with a 16-byte hash, measured.
+  uint64_t ChargeOfOneBlock() {
+    TempDir d;
+    StorageOptions o = Options();
+    o.data_dir = d.path();
+    auto s = Open(o);
+    Register(*s, kNs);
+    EXPECT_TRUE(Put(*s, kNs, HashOf(0), MakeValue(kValueBytes, rng_)).ok());
+    return s->Stats().used_bytes;
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+  std::mt19937_64 rng_{42};
+};
+
+TEST_F(BlockStoreTest, PutGetLookupDelete) {
+  auto s = Open(Options());
+  Register(*s, kNs);
+  std::vector<std::string> values;
+  for (int i = 0; i < 3; ++i) {
+    values.push_back(MakeValue(kValueBytes + i, rng_));
+    ASSERT_TRUE(Put(*s, kNs, HashOf(i), values[i]).ok());
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Get(*s, kNs, HashOf(i)), values[i]);
+  EXPECT_EQ(Get(*s, kNs, HashOf(99)), std::nullopt);
+  EXPECT_EQ(Lookup(*s, kNs, {HashOf(0), HashOf(1), HashOf(99), HashOf(2)}), 2u);
+  EXPECT_EQ(Lookup(*s, kNs, {HashOf(99), HashOf(0)}), 0u);
+  // The same hash in another namespace is another block.
+  Register(*s, kNs2);
+  EXPECT_EQ(Lookup(*s, kNs2, {HashOf(0)}), 0u);
+
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.blocks, 3u);
+  EXPECT_EQ(st.value_bytes, 3 * kValueBytes + 3);
+  EXPECT_EQ(st.logical_bytes, 3 * 4 * kValueBytes);
+
+  std::vector<std::string> del = {HashOf(1), HashOf(99)};
+  std::vector<std::string_view> views(del.begin(), del.end());
+  auto deleted = s->DeleteBlocks(kNs, views);
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_EQ(*deleted, 1u);
+  EXPECT_EQ(Get(*s, kNs, HashOf(1)), std::nullopt);
+  EXPECT_EQ(Lookup(*s, kNs, {HashOf(0), HashOf(1)}), 1u);
+  EXPECT_EQ(s->Stats().blocks, 2u);
+}
+
+TEST_F(BlockStoreTest, UnknownNamespaceAndBadHashes) {
+  auto s = Open(Options());
+  std::string v = MakeValue(kValueBytes, rng_);
+  EXPECT_EQ(Put(*s, kNs, HashOf(0), v).code(), absl::StatusCode::kNotFound);
+  std::string_view h = "01234567";
+  EXPECT_EQ(s->GetBlocks(kNs, absl::MakeConstSpan(&h, 1)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->Lookup(kNs, absl::MakeConstSpan(&h, 1), 0).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->DropNamespace(kNs).status().code(), absl::StatusCode::kNotFound);
+
+  Register(*s, kNs);
+  std::string h7(7, 'a'), h8(8, 'b'), h32(32, 'c'), h33(33, 'd');
+  std::vector<BlockStore::BlockWrite> writes = {{h7, v}, {h8, v}, {h32, v}, {h33, v}};
+  std::vector<absl::Status> r = s->PutBlocks(kNs, writes);
+  EXPECT_EQ(r[0].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r[0].message().find("7 bytes"), std::string::npos) << r[0];
+  EXPECT_TRUE(r[1].ok());
+  EXPECT_TRUE(r[2].ok());
+  EXPECT_EQ(r[3].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Stats().blocks, 2u);
+}
+
+TEST_F(BlockStoreTest, ConcurrentReadersSeeOnlyWholeBlocks) {
+  auto s = Open(Options());
+  Register(*s, kNs);
+  constexpr int kBlocks = 8;
+  std::atomic<bool> stop{false};
+  std::atomic<int> found{0};
+  std::thread reader([&] {
+    std::vector<std::string> hashes;
+    for (int i = 0; i < kBlocks; ++i) hashes.push_back(HashOf(i));
+    std::vector<std::string_view> views(hashes.begin(), hashes.end());
+    while (!stop.load()) {
+      auto r = s->GetBlocks(kNs, views);
+      ASSERT_TRUE(r.ok());
+      for (const auto& v : *r) {
+        if (!v.has_value()) continue;
+        ASSERT_EQ(v->size(), size_t{256} << 10);
+        ++found;
+      }
+    }
+  });
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::string> values;
+    for (int i = 0; i < kBlocks; ++i) values.push_back(MakeValue(size_t{256} << 10, rng));
+    std::vector<std::string> hashes;
+    for (int i = 0; i < kBlocks; ++i) hashes.push_back(HashOf(i));
+    std::vector<BlockStore::BlockWrite> writes;
+    for (int i = 0; i < kBlocks; ++i) writes.push_back({hashes[i], values[i]});
+    for (const absl::Status& st : s->PutBlocks(kNs, writes)) ASSERT_TRUE(st.ok()) << st;
+  }
+  stop = true;
+  reader.join();
+  EXPECT_GT(found.load(), 0);
+  EXPECT_EQ(s->Stats().checksum_failures, 0u);  // every value read was whole
+  EXPECT_EQ(s->Stats().blocks, static_cast<uint64_t>(kBlocks));
+}
+
+TEST_F(BlockStoreTest, CorruptValueIsDeletedCountedAndReportedMissing) {
+  std::string v0 = MakeValue(kValueBytes, rng_);
+  std::string v1 = MakeValue(kValueBytes, rng_);
+  {
+    auto s = Open(Options());
+    Register(*s, kNs);
+    ASSERT_TRUE(Put(*s, kNs, HashOf(0), v0).ok());
+    ASSERT_TRUE(Put(*s, kNs, HashOf(1), v1).ok());
+  }
+  {
+    // Flip one byte of block 0's stored value, behind the store's back. The key layout is the
+    // documented one: 8-byte big-endian namespace id || block hash, in column family "blocks".
+    std::vector<std::string> names;
+    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_.path(), &names).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+    for (const std::string& n : names) cfs.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir_.path(), cfs, &handles, &db).ok());
+    rocksdb::ColumnFamilyHandle* blocks = nullptr;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == "blocks") blocks = handles[i];
+    }
+    ASSERT_NE(blocks, nullptr);
+    std::string key;
+    for (int i = 7; i >= 0; --i) key.push_back(static_cast<char>((kNs >> (8 * i)) & 0xff));
+    key += HashOf(0);
+    std::string stored;
+    ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), blocks, key, &stored).ok());
+    ASSERT_EQ(stored, v0);
+    stored[kValueBytes / 2] ^= 0x40;
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), blocks, key, stored).ok());
+    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+    delete db;
+  }
+  {
+    auto s = Open(Options());
+    EXPECT_EQ(s->Stats().blocks, 2u);
+    std::vector<std::string> hashes = {HashOf(0), HashOf(1)};
+    std::vector<std::string_view> views(hashes.begin(), hashes.end());
+    auto r = s->GetBlocks(kNs, views);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ((*r)[0], std::nullopt);  // never the corrupt bytes
+    EXPECT_EQ((*r)[1], v1);
+    StoreStats st = s->Stats();
+    EXPECT_EQ(st.checksum_failures, 1u);
+    EXPECT_EQ(st.blocks, 1u);
+    EXPECT_EQ(Lookup(*s, kNs, {HashOf(0)}), 0u);
+  }
+  {
+    auto s = Open(Options());  // deleted on disk too
+    EXPECT_EQ(s->Stats().blocks, 1u);
+    EXPECT_EQ(Get(*s, kNs, HashOf(0)), std::nullopt);
+  }
+}
+
+TEST_F(BlockStoreTest, EvictsLeastRecentlyUsedDownToLowWatermark) {
+  const uint64_t c = ChargeOfOneBlock();
+  // high = 0.95 * 20.5c = 19.475c, low = 18.45c: the 20th block evicts two.
+  auto s = Open(Options(20 * c + c / 2));
+  Register(*s, kNs);
+  for (int i = 0; i < 19; ++i) ASSERT_TRUE(Put(*s, kNs, HashOf(i), MakeValue(kValueBytes, rng_)).ok());
+  EXPECT_EQ(s->Stats().evicted_blocks, 0u);
+  ASSERT_TRUE(Get(*s, kNs, HashOf(0)).has_value());  // uses: 0, 1 by get, 2 by lookup
+  ASSERT_TRUE(Get(*s, kNs, HashOf(1)).has_value());
+  ASSERT_EQ(Lookup(*s, kNs, {HashOf(2)}), 1u);
+
+  ASSERT_TRUE(Put(*s, kNs, HashOf(19), MakeValue(kValueBytes, rng_)).ok());
+  EXPECT_EQ(s->Stats().evicted_blocks, 2u);
+  EXPECT_FALSE(Has(*s, 3));
+  EXPECT_FALSE(Has(*s, 4));
+  // (Has() is a Lookup, which counts as a use: check only blocks that are recent anyway.)
+  for (int i : {0, 1, 2, 18, 19}) EXPECT_TRUE(Has(*s, i)) << i;
+
+  ASSERT_TRUE(Put(*s, kNs, HashOf(20), MakeValue(kValueBytes, rng_)).ok());
+  EXPECT_EQ(s->Stats().evicted_blocks, 2u);
+  ASSERT_TRUE(Put(*s, kNs, HashOf(21), MakeValue(kValueBytes, rng_)).ok());
+  EXPECT_EQ(s->Stats().evicted_blocks, 4u);
+  EXPECT_FALSE(Has(*s, 5));
+  EXPECT_FALSE(Has(*s, 6));
+  EXPECT_TRUE(Has(*s, 7));
+  EXPECT_LE(s->Stats().used_bytes, s->Stats().capacity_bytes);
+  EXPECT_EQ(s->Stats().evicted_bytes, 4 * c);
+}
+
+TEST_F(BlockStoreTest, LeasesProtectBlocksUntilGetOrExpiry) {
+  const uint64_t c = ChargeOfOneBlock();
+  auto s = Open(Options(20 * c + c / 2));
+  Register(*s, kNs);
+  std::vector<std::string> chain;
+  for (int i = 0; i < 19; ++i) {
+    chain.push_back(HashOf(i));
+    ASSERT_TRUE(Put(*s, kNs, HashOf(i), MakeValue(kValueBytes, rng_)).ok());
+  }
+  ASSERT_EQ(Lookup(*s, kNs, chain, /*lease=*/60), 19u);
+
+  // Nothing evictable: the 20th block still fits under the hard capacity (above the high
+  // watermark), the 21st does not.
+  ASSERT_TRUE(Put(*s, kNs, HashOf(19), MakeValue(kValueBytes, rng_)).ok());
+  ASSERT_EQ(Lookup(*s, kNs, {HashOf(19)}, /*lease=*/60), 1u);
+  absl::Status full = Put(*s, kNs, HashOf(20), MakeValue(kValueBytes, rng_));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_NE(full.message().find("leased"), std::string::npos) << full;
+  EXPECT_FALSE(Has(*s, 20));
+  EXPECT_EQ(s->Stats().evicted_blocks, 0u);
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(Has(*s, i));
+
+  // A get releases block 0's lease: it is the one evicted for block 20.
+  ASSERT_TRUE(Get(*s, kNs, HashOf(0)).has_value());
+  ASSERT_TRUE(Put(*s, kNs, HashOf(20), MakeValue(kValueBytes, rng_)).ok());
+  EXPECT_EQ(s->Stats().evicted_blocks, 1u);
+  EXPECT_FALSE(Has(*s, 0));
+  EXPECT_EQ(s->Stats().blocks, 20u);
+  EXPECT_LE(s->Stats().used_bytes, s->Stats().capacity_bytes);
+
+  // Leases end: eviction goes back to plain LRU (1, 2, 3 are the oldest uses).
+  clock_.now += 61;
+  ASSERT_TRUE(Put(*s, kNs, HashOf(21), MakeValue(kValueBytes, rng_)).ok());
+  EXPECT_EQ(s->Stats().evicted_blocks, 4u);
+  EXPECT_FALSE(Has(*s, 1));
+  EXPECT_FALSE(Has(*s, 2));
+  EXPECT_FALSE(Has(*s, 3));
+  EXPECT_TRUE(Has(*s, 4));
+  EXPECT_LE(s->Stats().used_bytes, s->Stats().capacity_bytes);
+
+  // A block larger than the whole capacity never fits.
+  absl::Status huge = Put(*s, kNs, HashOf(99), MakeValue(21 * c, rng_));
+  EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(BlockStoreTest, CapacityHoldsUnderThreeTimesItsSizeOfConcurrentWrites) {
+  constexpr uint64_t kCapacity = uint64_t{2} << 20;
+  auto s = Open(Options(kCapacity));
+  Register(*s, kNs);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> max_used{0};
+  std::thread monitor([&] {
+    while (!stop.load()) {
+      uint64_t used = s->Stats().used_bytes;
+      uint64_t prev = max_used.load();
+      while (used > prev && !max_used.compare_exchange_weak(prev, used)) {
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::atomic<uint64_t> written{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      uint64_t mine = 0;
+      int n = 0;
+      while (mine < 3 * kCapacity / 4) {
+        std::vector<std::string> hashes, values;
+        for (int k = 0; k < 3; ++k) {
+          hashes.push_back(HashOf((uint64_t{1} << 40) * (t + 1) + n, 8 + (n % 25)));
+          ++n;
+          values.push_back(MakeValue(8192 + rng() % 57344, rng));
+          mine += values.back().size();
+        }
+        std::vector<BlockStore::BlockWrite> w;
+        for (int k = 0; k < 3; ++k) w.push_back({hashes[k], values[k]});
+        for (const absl::Status& st : s->PutBlocks(kNs, w)) ASSERT_TRUE(st.ok()) << st;
+      }
+      written += mine;
+    });
+  }
+  for (auto& w : writers) w.join();
+  stop = true;
+  monitor.join();
+  StoreStats st = s->Stats();
+  EXPECT_GE(written.load(), 3 * kCapacity);
+  EXPECT_LE(max_used.load(), kCapacity);
+  EXPECT_LE(st.used_bytes, kCapacity);
+  EXPECT_GT(st.evicted_blocks, 0u);
+  EXPECT_GT(st.blocks, 0u);
+  EXPECT_EQ(st.checksum_failures, 0u);
+}
+
+TEST_F(BlockStoreTest, RestartRecoversNamespacesAccountingAndRecency) {
+  const uint64_t c = ChargeOfOneBlock();
+  std::vector<std::string> values;
+  StoreStats before;
+  {
+    auto s = Open(Options(20 * c + c / 2));
+    Register(*s, kNs);
+    Register(*s, kNs2, /*ttl=*/3600);
+    for (int i = 0; i < 19; ++i) {
+      values.push_back(MakeValue(kValueBytes, rng_));
+      ASSERT_TRUE(Put(*s, i < 16 ? kNs : kNs2, HashOf(i), values[i]).ok());
+      clock_.now += 1;
+    }
+    clock_.now += 1;
+    ASSERT_TRUE(Get(*s, kNs, HashOf(0)).has_value());  // block 0 becomes the most recent
+    before = s->Stats();
+  }
+  auto s = Open(Options(20 * c + c / 2));
+  StoreStats after = s->Stats();
+  EXPECT_EQ(after.blocks, before.blocks);
+  EXPECT_EQ(after.used_bytes, before.used_bytes);
+  EXPECT_EQ(after.value_bytes, before.value_bytes);
+  EXPECT_EQ(after.logical_bytes, before.logical_bytes);
+  ASSERT_EQ(after.namespaces.size(), 2u);
+  EXPECT_EQ(after.namespaces[0].record.id, kNs);
+  EXPECT_EQ(after.namespaces[0].blocks, 16u);
+  EXPECT_EQ(after.namespaces[1].record.id, kNs2);
+  EXPECT_EQ(after.namespaces[1].record.ttl_seconds, 3600u);
+  EXPECT_EQ(after.namespaces[1].record.descriptor, "descriptor of " + std::to_string(kNs2));
+  EXPECT_EQ(after.namespaces[1].blocks, 3u);
+  // Recency survived the restart (persisted access times): block 0 was used last, so the
+  // oldest are blocks 1 and 2.
+  ASSERT_TRUE(Put(*s, kNs, HashOf(19), MakeValue(kValueBytes, rng_)).ok());
+  EXPECT_EQ(s->Stats().evicted_blocks, 2u);
+  EXPECT_FALSE(Has(*s, 1));
+  EXPECT_FALSE(Has(*s, 2));
+  EXPECT_TRUE(Has(*s, 0));
+  EXPECT_TRUE(Has(*s, 3));
+  for (int i = 0; i < 19; ++i) {
+    if (i == 1 || i == 2) continue;
+    EXPECT_EQ(Get(*s, i < 16 ? kNs : kNs2, HashOf(i)), values[i]) << i;
+  }
+}
+
+TEST_F(BlockStoreTest, TtlExpiresBlocksAfterLastPutOrGet) {
+  auto s = Open(Options());
+  Register(*s, kNs, /*ttl=*/10);
+  Register(*s, kNs2);  // no ttl
+  std::string v = MakeValue(kValueBytes, rng_);
+  ASSERT_TRUE(Put(*s, kNs, HashOf(0), v).ok());
+  ASSERT_TRUE(Put(*s, kNs, HashOf(1), v).ok());
+  ASSERT_TRUE(Put(*s, kNs2, HashOf(0), v).ok());
+  clock_.now += 5;
+  ASSERT_EQ(Get(*s, kNs, HashOf(0)), v);  // refreshes block 0 only
+  clock_.now += 5;                         // block 1: 10 s since its put
+  EXPECT_EQ(Lookup(*s, kNs, {HashOf(0), HashOf(1)}), 1u);
+  EXPECT_EQ(Get(*s, kNs, HashOf(1)), std::nullopt);
+  clock_.now += 4;
+  EXPECT_EQ(Get(*s, kNs, HashOf(0)), v);  // 9 s since its get
+  clock_.now += 100;
+  ASSERT_TRUE(s->RunMaintenance().ok());
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.expired_blocks, 2u);
+  EXPECT_EQ(st.blocks, 1u);  // only the namespace without ttl keeps its block
+  EXPECT_EQ(Get(*s, kNs2, HashOf(0)), v);
+}
+
+TEST_F(BlockStoreTest, DropNamespaceDeletesEverythingDurably) {
+  {
+    auto s = Open(Options());
+    Register(*s, kNs);
+    Register(*s, kNs2);
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(Put(*s, kNs, HashOf(i), MakeValue(kValueBytes, rng_)).ok());
+      ASSERT_TRUE(Put(*s, kNs2, HashOf(i), MakeValue(kValueBytes, rng_)).ok());
+    }
+    auto dropped = s->DropNamespace(kNs);
+    ASSERT_TRUE(dropped.ok());
+    EXPECT_EQ(*dropped, 5u);
+    EXPECT_EQ(s->Stats().blocks, 5u);
+    EXPECT_FALSE(s->GetNamespace(kNs).has_value());
+  }
+  auto s = Open(Options());
+  EXPECT_EQ(s->ListNamespaces().size(), 1u);
+  EXPECT_EQ(s->Stats().blocks, 5u);
+  Register(*s, kNs);
+  EXPECT_EQ(Lookup(*s, kNs, {HashOf(0)}), 0u);
+}
+
+TEST_F(BlockStoreTest, DurabilityNoneKeepsDataAcrossACleanClose) {
+  StorageOptions o = Options();
+  o.durability = Durability::kNone;
+  std::string v = MakeValue(kValueBytes, rng_);
+  {
+    auto s = Open(o);
+    Register(*s, kNs);
+    ASSERT_TRUE(Put(*s, kNs, HashOf(0), v).ok());
+  }
+  auto s = Open(o);
+  EXPECT_EQ(Get(*s, kNs, HashOf(0)), v);
+}
+
+TEST(StorageOptionsTest, ValidateAndParse) {
+  StorageOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.low_watermark = 0.99;
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
+  o = StorageOptions();
+  o.capacity_bytes = 0;
+  EXPECT_NE(o.Validate().message().find("capacity_bytes"), std::string::npos);
+  EXPECT_EQ(*ParseDurability("fsync"), Durability::kFsync);
+  EXPECT_EQ(ParseDurability("sometimes").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DurabilityName(Durability::kWal), "wal");
+}
+
+}  // namespace
+}  // namespace turbokv::server
