@@ -1,0 +1,175 @@
+"""Shared pytest fixtures for the Python tests.
+
+* The checkout's ``client/python`` is put first on ``sys.path`` (tests exercise the tree, not an
+  installed copy), and the gRPC stubs are generated there when missing or stale
+  (``client/python/scripts/gen_stubs.py``; needs grpcio-tools).
+* ``turbokv_server``: a real ``turbokv-server`` binary on 127.0.0.1 with a free port (``--listen
+  127.0.0.1:0 --port-file``), metrics disabled and a fresh temporary ``--data-dir``, one per test.
+  The binary is ``$TURBOKV_SERVER_BIN``, else ``$TURBOKV_BUILD_DIR/bin/turbokv-server``, else the
+  newest ``<repo>/build*/bin/turbokv-server``; tests using it are skipped, saying so, when none
+  exists.
+* ``turbokv_cli``: the ``turbokv`` CLI binary, found the same way (``$TURBOKV_CLI_BIN``).
+* ``turbokv_client``: a ``turbokv.Client`` connected to ``turbokv_server``.
+
+Run: ``TURBOKV_BUILD_DIR=build python -m pytest tests/python``.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLIENT_PY = os.path.join(REPO, "client", "python")
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+
+if CLIENT_PY not in sys.path:
+    sys.path.insert(0, CLIENT_PY)
+
+_STUBS_ERROR = None
+
+
+def _ensure_stubs():
+    """Generates the stubs into the checkout when missing or older than the proto."""
+    global _STUBS_ERROR
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "turbokv_gen_stubs", os.path.join(CLIENT_PY, "scripts", "gen_stubs.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    try:
+        mod.generate()
+    except Exception as e:  # grpcio-tools missing, proto missing, ...
+        _STUBS_ERROR = "cannot generate the turbokv gRPC stubs: %s" % e
+
+
+_ensure_stubs()
+
+
+def require_stubs():
+    """Skips the calling test when the gRPC stubs are not available."""
+    try:
+        import turbokv.client  # noqa: F401
+    except ImportError as e:
+        pytest.skip(_STUBS_ERROR or str(e))
+
+
+def _find_binary(name: str, env_var: str):
+    explicit = os.environ.get(env_var)
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    build = os.environ.get("TURBOKV_BUILD_DIR")
+    if build:
+        p = os.path.join(build, "bin", name)
+        return p if os.access(p, os.X_OK) else None
+    found = [p for p in glob.glob(os.path.join(REPO, "build*", "bin", name)) if os.access(p, os.X_OK)]
+    return max(found, key=os.path.getmtime) if found else None
+
+
+def find_server_binary():
+    return _find_binary("turbokv-server", "TURBOKV_SERVER_BIN")
+
+
+def find_cli_binary():
+    return _find_binary("turbokv", "TURBOKV_CLI_BIN")
+
+
+class ServerProcess:
+    """A turbokv-server child process on 127.0.0.1:<free port>."""
+
+    def __init__(self, binary: str, data_dir: str, log_path: str, extra_args=()):
+        self.binary = binary
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.port = None
+
+    @property
+    def address(self) -> str:
+        return "127.0.0.1:%d" % self.port
+
+    def start(self, timeout: float = 30.0) -> "ServerProcess":
+        port_file = os.path.join(os.path.dirname(self.log_path),
+                                 "port-%d" % int(time.time() * 1e6))
+        args = [self.binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                "--data-dir", self.data_dir, "--metrics-listen", "", "--codec-threads", "2",
+                "--log-level", "warn"] + self.extra_args
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("turbokv-server exited with %s during start-up; log:\n%s"
+                                   % (self.proc.returncode, self.log()))
+            try:
+                with open(port_file) as f:
+                    first = f.readline().strip()
+                if first:
+                    self.port = int(first)
+                    return self
+            except (FileNotFoundError, ValueError):
+                pass
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError("turbokv-server did not write its port file within %.0f s; log:\n%s"
+                           % (timeout, self.log()))
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        self._log.close()
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+
+@pytest.fixture
+def turbokv_server(tmp_path):
+    binary = find_server_binary()
+    if binary is None:
+        pytest.skip("turbokv-server binary not found: set TURBOKV_SERVER_BIN or "
+                    "TURBOKV_BUILD_DIR (looked for <repo>/build*/bin/turbokv-server)")
+    server = ServerProcess(binary, str(tmp_path / "data"), str(tmp_path / "server.log"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def turbokv_client(turbokv_server):
+    require_stubs()
+    from turbokv import Client
+    c = Client(turbokv_server.address, timeout=60.0)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def turbokv_cli():
+    binary = find_cli_binary()
+    if binary is None:
+        pytest.skip("turbokv CLI binary not found: set TURBOKV_CLI_BIN or TURBOKV_BUILD_DIR "
+                    "(looked for <repo>/build*/bin/turbokv)")
+    return binary
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "integration: needs the turbokv-server binary")

@@ -1,0 +1,151 @@
+"""The `turbokv` CLI against the real server: ns register, put, lookup, get (raw, packed,
+dtype, layer range), stats, bench, and its error reporting. Cross-checks the C++ hashing
+(CLI put) against the Python client's hashing (lookup/get through Python)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.integration
+
+
+def run(cli, server, *args, check=True):
+    p = subprocess.run([cli, "--server", server.address, "--json", *args], capture_output=True,
+                       text=True, timeout=120)
+    if check:
+        assert p.returncode == 0, "turbokv %s failed (%d): %s" % (args, p.returncode, p.stderr)
+        lines = p.stdout.strip().splitlines()
+        assert len(lines) == 1, p.stdout  # --json: exactly one object
+        return json.loads(lines[0])
+    return p
+
+
+def _fixture(name):
+    kv = os.path.join(FIXTURES, "%s_kv_64_fp16.npy" % name)
+    tok = os.path.join(FIXTURES, "%s_tokens_64.npy" % name)
+    if not os.path.exists(kv):
+        pytest.skip("fixture %s missing" % kv)
+    return kv, tok
+
+
+def _register(cli, server, kv_path, preset="k4v4-g32", bt=16):
+    L, _, _, H, D = np.load(kv_path).shape
+    return run(cli, server, "ns", "register", "--model", "cli-test", "--num-layers", str(L),
+               "--num-kv-heads", str(H), "--head-dim", str(D), "--block-tokens", str(bt),
+               "--dtype", "fp16", "--preset", preset)
+
+
+def test_cli_put_lookup_get_round_trip(turbokv_cli, turbokv_client, turbokv_server, tmp_path):
+    from turbokv import PrefixHasher
+    kv_path, tok_path = _fixture("smollm2")
+    kv, tokens = np.load(kv_path), np.load(tok_path)
+    ns = _register(turbokv_cli, turbokv_server, kv_path, preset="raw")
+    assert len(ns["namespace_id"]) == 16 and ns["created"] is True
+    ns_id = ns["namespace_id"]
+    # 60 tokens -> 3 full blocks of 16, 12 dropped.
+    kv60 = np.ascontiguousarray(kv[:, :, :60])
+    np.save(tmp_path / "kv60.npy", kv60)
+    np.save(tmp_path / "tok60.npy", tokens[:60].astype(np.int64))
+    put = run(turbokv_cli, turbokv_server, "put", "--namespace", ns_id, "--kv",
+              str(tmp_path / "kv60.npy"), "--tokens", str(tmp_path / "tok60.npy"))
+    assert put["blocks_sent"] == 3 and put["blocks_stored"] == 3
+    assert put["dropped_tokens"] == 12
+    assert put["logical_bytes"] == 3 * ns["raw_block_bytes"]
+    # Python's PrefixHasher finds what the C++ CLI stored: the two hashers agree.
+    chain = PrefixHasher(int(ns_id, 16)).block_hashes(tokens, 16)
+    assert turbokv_client.lookup(int(ns_id, 16), chain).matched_blocks == 3
+    lk = run(turbokv_cli, turbokv_server, "lookup", "--namespace", ns_id, "--tokens", tok_path)
+    assert (lk["matched_blocks"], lk["matched_tokens"], lk["chain_blocks"]) == (3, 48, 4)
+    out = tmp_path / "out.npy"
+    got = run(turbokv_cli, turbokv_server, "get", "--namespace", ns_id, "--tokens", tok_path,
+              "--out", str(out))
+    assert got["matched_tokens"] == 48
+    arr = np.load(out)
+    assert arr.dtype == np.float16 and arr.shape == (30, 2, 48, 3, 64)
+    assert arr.tobytes() == np.ascontiguousarray(kv[:, :, :48]).tobytes()  # raw: bit exact
+    # Layer range and fp32 output.
+    run(turbokv_cli, turbokv_server, "get", "--namespace", ns_id, "--tokens", tok_path,
+        "--out", str(out), "--layers", "3:7", "--dtype", "fp32")
+    part = np.load(out)
+    assert part.dtype == np.float32 and part.shape == (4, 2, 48, 3, 64)
+    assert np.array_equal(part, kv[3:7, :, :48].astype(np.float32))
+    # Packed: uint8 [matched_blocks][packed_block_bytes], identical to the Python client's.
+    pk = run(turbokv_cli, turbokv_server, "get", "--namespace", ns_id, "--tokens", tok_path,
+             "--out", str(out), "--packed")
+    packed = np.load(out)
+    assert packed.dtype == np.uint8 and packed.shape == (3, ns["packed_block_bytes"])
+    py = turbokv_client.get_packed_blocks(int(ns_id, 16), chain[:3])
+    assert [bytes(r) for r in packed] == py
+    assert pk["encoding"] == "packed"
+
+
+def test_cli_lossy_preset_quality(turbokv_cli, turbokv_server, tmp_path):
+    kv_path, tok_path = _fixture("smollm2")
+    ns = _register(turbokv_cli, turbokv_server, kv_path, preset="k4v4-g32")
+    assert 4.0 < ns["bits_per_value"] < 5.5
+    put = run(turbokv_cli, turbokv_server, "put", "--namespace", ns["namespace_id"], "--kv",
+              kv_path, "--tokens", tok_path)
+    assert put["blocks_stored"] == 4 and put["compression_ratio"] > 2.9
+    out = tmp_path / "out.npy"
+    run(turbokv_cli, turbokv_server, "get", "--namespace", ns["namespace_id"], "--tokens",
+        tok_path, "--out", str(out))
+    x = np.load(kv_path).astype(np.float64)
+    y = np.load(out).astype(np.float64)
+    rel = ((x - y) ** 2).sum() / (x ** 2).sum()
+    assert 0.005 < rel < 0.0097, rel
+
+
+def test_cli_stats_and_human_output(turbokv_cli, turbokv_server):
+    kv_path, _ = _fixture("stories260k")
+    ns = _register(turbokv_cli, turbokv_server, kv_path)
+    s = run(turbokv_cli, turbokv_server, "stats")
+    assert any(n["namespace_id"] == ns["namespace_id"] for n in s["namespaces"])
+    p = subprocess.run([turbokv_cli, "--server", turbokv_server.address, "stats"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "codec_backend:" in p.stdout
+
+
+def test_cli_errors(turbokv_cli, turbokv_server, tmp_path):
+    kv_path, tok_path = _fixture("stories260k")
+    # Unknown namespace: NOT_FOUND, exit 1, message on stderr, nothing on stdout.
+    p = subprocess.run([turbokv_cli, "--server", turbokv_server.address, "lookup",
+                        "--namespace", "00000000000000ff", "--tokens", tok_path],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "NOT_FOUND" in p.stderr and p.stdout == ""
+    p = run(turbokv_cli, turbokv_server, "lookup", "--namespace", "00000000000000ff", "--tokens",
+            tok_path, check=False)
+    assert p.returncode == 1 and json.loads(p.stderr)["error"]["code"] == "NOT_FOUND"
+    # KV of the wrong dtype: INVALID_ARGUMENT with the expected dtype named.
+    ns = _register(turbokv_cli, turbokv_server, kv_path)
+    np.save(tmp_path / "kv32.npy", np.load(kv_path).astype(np.float32))
+    p = run(turbokv_cli, turbokv_server, "put", "--namespace", ns["namespace_id"], "--kv",
+            str(tmp_path / "kv32.npy"), "--tokens", tok_path, check=False)
+    assert p.returncode == 1 and "INVALID_ARGUMENT" in p.stderr and "<f2" in p.stderr
+    # Fortran-ordered npy: rejected with a clear message.
+    np.save(tmp_path / "kvF.npy", np.asfortranarray(np.load(kv_path)))
+    p = run(turbokv_cli, turbokv_server, "put", "--namespace", ns["namespace_id"], "--kv",
+            str(tmp_path / "kvF.npy"), "--tokens", tok_path, check=False)
+    assert p.returncode == 1 and "Fortran" in p.stderr
+    # Unreachable server: UNAVAILABLE.
+    p = subprocess.run([turbokv_cli, "--server", "127.0.0.1:1", "--timeout", "3", "stats"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "UNAVAILABLE" in p.stderr
+    # Usage error: exit 2.
+    p = subprocess.run([turbokv_cli, "put"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+
+
+def test_cli_bench_short(turbokv_cli, turbokv_server):
+    b = run(turbokv_cli, turbokv_server, "bench", "--seconds", "2", "--concurrency", "2",
+            "--num-layers", "4", "--num-kv-heads", "2", "--head-dim", "64", "--batch", "4")
+    assert b["put"]["blocks"] > 0 and b["get"]["blocks"] == b["put"]["blocks"]
+    assert b["get_missing_blocks"] == 0 and b["put_failed_blocks"] == 0
+    assert b["put"]["logical_gb_per_s"] > b["put"]["stored_gb_per_s"] > 0
+    assert 0 < b["put"]["p50_ms"] <= b["put"]["p90_ms"] <= b["put"]["p99_ms"]
+    assert b["dropped_blocks"] == b["put"]["blocks"]
