@@ -300,7 +300,8 @@ def test_smollm2_tokenizer(smollm2):
     assert tok.decode(ids) == chat
     assert tok.encode("12345") == [tok.token_to_id(d) for d in "12345"]  # digits one by one
     assert tok.encode(" the") == [tok.token_to_id("Ġthe")]
-    for text in ["Hello, world! It's 2024.", "naïve café — 漢字 🙂\n\ttabs", " leading space"]:
+    texts = ["Hello, world! It's 2024.", "naïve café — 漢字 🙂\n\ttabs", " leading space"]
+    for text in texts:
         assert tok.decode(tok.encode(text)) == text
 
 

@@ -108,7 +108,8 @@ class Demo:
 
     def __init__(self, client, hasher_factory: Callable[[int], object], model, model_key: str,
                  preset: str, block_tokens: int = BLOCK_TOKENS, max_new_tokens: int = 32,
-                 log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)):
+                 log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+                 cache_salt: str = ""):
         self.client = client
         self.model = model
         self.model_key = model_key
@@ -119,7 +120,7 @@ class Demo:
         self.info = client.register_namespace(
             model=model.name, model_revision=model.revision, num_layers=model.num_layers,
             num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, block_tokens=block_tokens,
-            dtype="fp16", preset=preset)
+            dtype="fp16", preset=preset, **({"cache_salt": cache_salt} if cache_salt else {}))
         self.ns = self.info.namespace_id
         self.hasher = hasher_factory(self.ns)
         tok = model.tokenizer
@@ -326,6 +327,29 @@ def format_table(demo: Demo) -> str:
     return "\n".join(lines + [""] + summary)
 
 
+def format_server_stats(stats: Optional[dict], namespace_id: int) -> str:
+    """One line from ``Client.stats()``: the server as a whole and the demo's namespace."""
+    if not stats or "error" in stats:
+        return f"server stats unavailable: {(stats or {}).get('error', 'no answer')}"
+
+    def ratio(logical, stored):
+        return f"{logical / stored:.2f}x" if stored else "-"
+
+    line = (f"server: codec {stats.get('codec_backend')}, {stats.get('blocks')} blocks, "
+            f"{_fmt_bytes(stats.get('used_bytes', 0))} used for "
+            f"{_fmt_bytes(stats.get('logical_bytes', 0))} logical "
+            f"({ratio(stats.get('logical_bytes', 0), stats.get('used_bytes', 0))}), "
+            f"{stats.get('evicted_blocks', 0)} evicted, "
+            f"{stats.get('checksum_failures', 0)} checksum failures")
+    for ns in stats.get("namespaces", []):
+        if ns.get("namespace_id") == namespace_id:
+            line += (f"; this namespace: {ns['blocks']} blocks, "
+                     f"{_fmt_bytes(ns['stored_bytes'])} stored for "
+                     f"{_fmt_bytes(ns['logical_bytes'])} logical "
+                     f"({ratio(ns['logical_bytes'], ns['stored_bytes'])})")
+    return line
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="turbokv-demo", description="Prefix reuse with a real model against turbokv.")
@@ -336,6 +360,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32, help="reply length cap")
     ap.add_argument("--scenario", action="append", help="run only these scenarios")
     ap.add_argument("--timeout", type=float, default=60.0, help="RPC deadline, seconds")
+    ap.add_argument("--cache-salt", default="",
+                    help="namespace cache salt; a new salt starts from an empty cache")
     ap.add_argument("--json", action="store_true", help="print one JSON object, no table")
     args = ap.parse_args(argv)
 
@@ -348,7 +374,7 @@ def main(argv=None) -> int:
     client = Client(args.server, timeout=args.timeout)
     try:
         demo = Demo(client, PrefixHasher, model, args.model, args.preset,
-                    max_new_tokens=args.max_new_tokens)
+                    max_new_tokens=args.max_new_tokens, cache_salt=args.cache_salt)
         demo.run(args.scenario)
         try:
             stats = client.stats()
@@ -368,8 +394,7 @@ def main(argv=None) -> int:
         sys.stdout.write("\n")
     else:
         print(format_table(demo))
-        if stats:
-            print("server stats: " + json.dumps(stats, sort_keys=True)[:2000])
+        print(format_server_stats(stats, demo.ns))
     return 0
 
 

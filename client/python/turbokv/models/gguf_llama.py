@@ -93,9 +93,11 @@ class GgufBpeTokenizer(Tokenizer):
         return self._tok.token_to_id(token)
 
 
+SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
 def format_chatml(messages: Sequence[Dict[str, str]], add_generation_prompt: bool = True,
-                  default_system: Optional[str] = (
-                      "You are a helpful AI assistant named SmolLM, trained by Hugging Face")) -> str:
+                  default_system: Optional[str] = SMOLLM2_DEFAULT_SYSTEM) -> str:
     """SmolLM2's chat template (GGUF ``tokenizer.chat_template``, ChatML) rendered in Python:
     ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, a default system message when
     the first message is not a system one, and ``<|im_start|>assistant\\n`` to prompt a reply."""
@@ -110,7 +112,7 @@ def format_chatml(messages: Sequence[Dict[str, str]], add_generation_prompt: boo
 
 
 def _unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Inverse of convert_hf_to_gguf.py ``permute``: per head, rows ``[hd/2][2]`` -> ``[2][hd/2]``."""
+    """Undoes convert_hf_to_gguf.py ``permute``: per head, rows ``[hd/2][2]`` -> ``[2][hd/2]``."""
     out, inp = w.shape
     return w.reshape(n_head, out // n_head // 2, 2, inp).swapaxes(1, 2).reshape(out, inp)
 

@@ -336,7 +336,7 @@ class LlamaModel:
         return out
 
     def nll(self, tokens: Sequence[int], past_kv: Optional[np.ndarray] = None) -> np.ndarray:
-        """Negative log-likelihood (nats) of ``tokens[1:]`` given what precedes; float64 ``[T-1]``."""
+        """NLL (nats) of each of ``tokens[1:]`` given what precedes it; float64 ``[T-1]``."""
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
         lg, _ = self.prefill(toks[:-1], past_kv=past_kv)
         lg = lg.astype(np.float64)
