@@ -179,29 +179,31 @@ TURBOKV_HD void ReconstructRotated(const GroupParams& p, const uint8_t* idx,
 // Encodes one group of g source values already converted to float (all finite; the caller
 // checks). `sign_offset` is the index of the group's first coordinate in the head vector.
 // Returns false when the scale does not fit fp16 (the caller reports InvalidArgument).
-//   1. n = sqrt(Σ x²); n == 0 (or 1/n not finite) -> all-zero group: scale 0, indices 0.
-//   2. u_j = ±(x_j · (1/n)) with the rotation signs; y = FWHT(u) · (1/sqrt g).
-//   3. idx_j = NearestLevel(y_j).
+//   1. ss = Σ x_j² (index order); w = FWHT(D·x) (signs first, unnormalized transform).
+//   2. n = sqrt(ss); c = (1/sqrt g) / n; ss == 0 or c not finite -> all-zero group:
+//      scale 0, indices 0 (decodes to exact zeros).
+//   3. y_j = w_j · c (the rotated unit vector); idx_j = NearestLevel(y_j).
 //   4. QJL: r = y − levels[idx]; bit_i = (Σ_c S[i][c] r_c) >= 0; residual = fp16(||r||).
 //   5. scale = n / ||y_hat'|| with norm correction (y_hat' uses the fp16 residual), else n.
+// Normalizing after the transform (one multiply by c) is the same rotation as normalizing
+// first; the order is fixed here because it decides the exact float results.
 TURBOKV_HD bool EncodeGroup(const GroupParams& p, const float* x, int sign_offset,
                             EncodedGroup* out) {
   float y[kMaxGroupSize];
   const int g = p.g;
   const float ss = SumSquares(x, g);
+  for (int j = 0; j < g; ++j) y[j] = FlipSign(x[j], SignNegative(p.sign_key, sign_offset + j));
+  FwhtInPlace(y, g);
   const float n = sqrtf(ss);
-  const float inv = 1.0f / n;
-  if (ss == 0.0f || !IsFiniteFloat(inv)) {
+  const float c = HadamardScale(g) / n;
+  if (ss == 0.0f || !IsFiniteFloat(c)) {
     out->scale = 0;
     out->residual = 0;
     for (int i = 0; i < g; ++i) out->idx[i] = 0;
     for (int i = 0; i < g / 8; ++i) out->qjl_bits[i] = 0;
     return true;
   }
-  for (int j = 0; j < g; ++j) y[j] = FlipSign(x[j] * inv, SignNegative(p.sign_key, sign_offset + j));
-  FwhtInPlace(y, g);
-  const float hs = HadamardScale(g);
-  for (int j = 0; j < g; ++j) y[j] = y[j] * hs;
+  for (int j = 0; j < g; ++j) y[j] = y[j] * c;
   for (int j = 0; j < g; ++j) out->idx[j] = static_cast<uint8_t>(NearestLevel(y[j], p.thresholds, p.bits));
 
   float residual_norm = 0.0f;
@@ -232,17 +234,14 @@ TURBOKV_HD bool EncodeGroup(const GroupParams& p, const float* x, int sign_offse
 }
 
 // Decodes one group into x (floats before the final cast to the output dtype):
-//   y_hat' as above; z = FWHT(y_hat') · (1/sqrt g); x_j = ±z_j · scale.
+//   z = FWHT(y_hat'); m = scale · (1/sqrt g); x_j = ±(z_j · m).
 TURBOKV_HD void DecodeGroup(const GroupParams& p, const uint8_t* idx, const uint8_t* qjl_bits,
                             uint16_t scale_h, uint16_t residual_h, int sign_offset, float* x) {
   const int g = p.g;
-  const float scale = HalfToFloat(scale_h);
   ReconstructRotated(p, idx, qjl_bits, HalfToFloat(residual_h), x);
   FwhtInPlace(x, g);
-  const float hs = HadamardScale(g);
-  for (int j = 0; j < g; ++j) {
-    x[j] = FlipSign(x[j] * hs, SignNegative(p.sign_key, sign_offset + j)) * scale;
-  }
+  const float m = HalfToFloat(scale_h) * HadamardScale(g);
+  for (int j = 0; j < g; ++j) x[j] = FlipSign(x[j] * m, SignNegative(p.sign_key, sign_offset + j));
 }
 
 }  // namespace turbokv::codec::internal

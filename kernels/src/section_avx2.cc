@@ -1,11 +1,454 @@
-// AVX2 path (placeholder until the vectorized kernels land): reports "not handled" so the
-// scalar path runs.
+// AVX2 path: eight groups at a time, one group per 32-bit lane.
+//
+// Each lane runs exactly the float operations of group_math.h's EncodeGroup / DecodeGroup, in
+// the same order (sums in index order, FWHT butterflies in the same sequence, IEEE division and
+// square root, no FMA), so the packed bytes and decoded values equal the scalar path's bit for
+// bit (tests/unit/codec_isa_test.cc). Groups are transposed in 8x8 tiles so that coordinate j
+// of the eight groups sits in one register and every step is a vertical operation.
+//
+// Not vectorized (the scalar path runs them): QJL sections, raw and fp16 sections, the last
+// (< 8) groups of a section, and sections containing non-finite values or scales that overflow
+// fp16 (the scalar path then reports the exact position).
+#include <cstring>
+
 #include "section_codec.h"
 
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define TURBOKV_HAVE_AVX2_BUILD 1
+#endif
+
 namespace turbokv::codec::internal {
+
+#if TURBOKV_HAVE_AVX2_BUILD
+
+bool Avx2Available() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+namespace {
+
+constexpr int kLanes = 8;
+
+inline void Transpose8x8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]);
+  const __m256 t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]);
+  const __m256 t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]);
+  const __m256 t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]);
+  const __m256 t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// Eight consecutive source values as floats (exact conversions).
+inline __m256 LoadRow(const uint8_t* src, DType dtype, size_t i) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
+    case DType::kBFloat16: {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+    case DType::kFloat32:
+    default:
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(src + 4 * i));
+  }
+}
+
+// Round-to-nearest-even float -> bf16 for finite values, as FloatToBFloat16.
+inline __m128i ToBFloat16(__m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  const __m128i lo = _mm256_castsi256_si128(r);
+  const __m128i hi = _mm256_extracti128_si256(r, 1);
+  return _mm_packus_epi32(lo, hi);  // values are < 65536: no saturation
+}
+
+inline void StoreRow(uint8_t* out, DType dtype, size_t i, __m256 v) {
+  switch (dtype) {
+    case DType::kFloat16:
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+      return;
+    case DType::kBFloat16:
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), ToBFloat16(v));
+      return;
+    case DType::kFloat32:
+      _mm256_storeu_ps(reinterpret_cast<float*>(out + 4 * i), v);
+      return;
+  }
+}
+
+inline void Butterfly(__m256& a, __m256& b) {
+  const __m256 s = _mm256_add_ps(a, b);
+  b = _mm256_sub_ps(a, b);
+  a = s;
+}
+
+// FWHT stages h = 1, 2, 4 on one tile of 8 consecutive coordinates (registers).
+inline void FwhtStageA(__m256 v[8]) {
+  for (int h = 1; h < 8; h <<= 1) {
+    for (int i = 0; i < 8; i += h << 1) {
+      for (int j = i; j < i + h; ++j) Butterfly(v[j], v[j + h]);
+    }
+  }
+}
+
+// FWHT stages h = 8 .. g/2: they pair coordinates of the same column (j mod 8), so each of the
+// 8 columns is transformed on its own, in registers. Together with stage A this is exactly
+// FwhtInPlace: every butterfly sees the same operands.
+inline void FwhtStageB(__m256* x, int g) {
+  const int tiles = g / 8;
+  if (tiles == 1) return;
+  for (int c = 0; c < 8; ++c) {
+    __m256 r[kMaxGroupSize / 8];
+    for (int t = 0; t < tiles; ++t) r[t] = x[t * 8 + c];
+    for (int h = 1; h < tiles; h <<= 1) {
+      for (int i = 0; i < tiles; i += h << 1) {
+        for (int j = i; j < i + h; ++j) Butterfly(r[j], r[j + h]);
+      }
+    }
+    for (int t = 0; t < tiles; ++t) x[t * 8 + c] = r[t];
+  }
+}
+
+// Per-section tables: codebook in registers and sign masks per lane phase.
+struct Tables {
+  int bits = 0;
+  // Binary-search step 2^k probes thresholds[m·2^(k+1) + 2^k − 1], m = idx >> (k+1): at most
+  // eight candidates per step for b <= 4, so one permute fetches every lane's threshold.
+  __m256 step_thr[4];
+  __m256 thr_lo, thr_hi;  // thresholds 0..7 and 8..15 (b <= 4)
+  __m256 lev_lo, lev_hi;  // levels 0..7 and 8..15 (b <= 4)
+  const float* thresholds = nullptr;
+  const float* levels = nullptr;
+};
+
+Tables MakeTables(const GroupParams& p) {
+  Tables t;
+  t.bits = p.bits;
+  t.thresholds = p.thresholds;
+  t.levels = p.levels;
+  if (p.bits <= 4) {
+    float thr[16], lev[16];
+    const int n = 1 << p.bits;
+    for (int i = 0; i < 16; ++i) {
+      thr[i] = i < n - 1 ? p.thresholds[i] : 0.0f;
+      lev[i] = i < n ? p.levels[i] : 0.0f;
+    }
+    t.thr_lo = _mm256_loadu_ps(thr);
+    t.thr_hi = _mm256_loadu_ps(thr + 8);
+    t.lev_lo = _mm256_loadu_ps(lev);
+    t.lev_hi = _mm256_loadu_ps(lev + 8);
+    for (int k = 0; k < p.bits; ++k) {
+      float cand[8] = {};
+      const int step = 1 << k;
+      for (int m = 0; m * 2 * step < n && m < 8; ++m) cand[m] = p.thresholds[m * 2 * step + step - 1];
+      t.step_thr[k] = _mm256_loadu_ps(cand);
+    }
+  }
+  return t;
+}
+
+// table[idx] for 8 lanes; idx in [0, 16) for b <= 4.
+inline __m256 Lookup16(__m256 lo, __m256 hi, __m256i idx) {
+  const __m256 a = _mm256_permutevar8x32_ps(lo, idx);
+  const __m256 b = _mm256_permutevar8x32_ps(hi, idx);
+  const __m256i use_hi = _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7));
+  return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(use_hi));
+}
+
+// NearestLevel for 8 lanes: the same binary search, threshold fetched per lane.
+template <int kBits>
+inline __m256i Quantize(const Tables& t, __m256 y) {
+  __m256i idx = _mm256_setzero_si256();
+  for (int k = kBits - 1; k >= 0; --k) {
+    __m256 thr;
+    if constexpr (kBits <= 4) {
+      thr = k == kBits - 1 ? t.step_thr[k]
+                           : _mm256_permutevar8x32_ps(t.step_thr[k], _mm256_srli_epi32(idx, k + 1));
+    } else {
+      thr = _mm256_i32gather_ps(t.thresholds, _mm256_add_epi32(idx, _mm256_set1_epi32((1 << k) - 1)), 4);
+    }
+    const __m256i gt = _mm256_castps_si256(_mm256_cmp_ps(y, thr, _CMP_GT_OQ));
+    idx = _mm256_add_epi32(idx, _mm256_and_si256(gt, _mm256_set1_epi32(1 << k)));
+  }
+  return idx;
+}
+
+template <int kBits>
+inline __m256 Level(const Tables& t, __m256i idx) {
+  if constexpr (kBits <= 3) return _mm256_permutevar8x32_ps(t.lev_lo, idx);
+  if constexpr (kBits == 4) return Lookup16(t.lev_lo, t.lev_hi, idx);
+  return _mm256_i32gather_ps(t.levels, idx, 4);
+}
+
+// Bit-packing of g indices per lane into 32-bit words (LSB first, as PackIndices), then the
+// words of each lane are written to its group's index bytes.
+template <int kBits>
+inline void PackLanes(const __m256i* idx, int g, uint8_t* out, size_t index_bytes) {
+  alignas(32) uint32_t words[kMaxGroupSize * 8 / 32 + 1][kLanes];
+  __m256i acc = _mm256_setzero_si256();
+  int w = 0, off = 0;
+  for (int j = 0; j < g; ++j) {
+    acc = _mm256_or_si256(acc, _mm256_sll_epi32(idx[j], _mm_cvtsi32_si128(off)));
+    off += kBits;
+    if (off >= 32) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(words[w++]), acc);
+      off -= 32;
+      // Bits of idx[j] that did not fit go to the next word.
+      acc = off > 0 ? _mm256_srl_epi32(idx[j], _mm_cvtsi32_si128(kBits - off)) : _mm256_setzero_si256();
+    }
+  }
+  if (off > 0) _mm256_store_si256(reinterpret_cast<__m256i*>(words[w++]), acc);
+  for (int l = 0; l < kLanes; ++l) {
+    uint32_t lane[kMaxGroupSize * 8 / 32 + 1];
+    for (int k = 0; k < w; ++k) lane[k] = words[k][l];
+    std::memcpy(out + l * index_bytes, lane, index_bytes);
+  }
+}
+
+template <int kBits>
+inline void UnpackLanes(const uint8_t* in, size_t index_bytes, int g, __m256i* idx) {
+  alignas(32) uint32_t words[kMaxGroupSize * 8 / 32 + 2][kLanes];
+  const int nw = static_cast<int>((index_bytes + 3) / 4);
+  for (int l = 0; l < kLanes; ++l) {
+    uint32_t lane[kMaxGroupSize * 8 / 32 + 2] = {};
+    std::memcpy(lane, in + l * index_bytes, index_bytes);
+    for (int k = 0; k < nw; ++k) words[k][l] = lane[k];
+  }
+  const __m256i mask = _mm256_set1_epi32((1 << kBits) - 1);
+  int w = 0, off = 0;
+  __m256i cur = _mm256_load_si256(reinterpret_cast<const __m256i*>(words[0]));
+  for (int j = 0; j < g; ++j) {
+    __m256i v = _mm256_srl_epi32(cur, _mm_cvtsi32_si128(off));
+    off += kBits;
+    if (off >= 32) {
+      off -= 32;
+      ++w;
+      if (w < nw) cur = _mm256_load_si256(reinterpret_cast<const __m256i*>(words[w]));
+      if (off > 0) v = _mm256_or_si256(v, _mm256_sll_epi32(cur, _mm_cvtsi32_si128(kBits - off)));
+    }
+    idx[j] = _mm256_and_si256(v, mask);
+  }
+}
+
+// Sign masks (0 or 0x80000000) for coordinate j of each lane, for each lane phase.
+// Lane l of a batch starting at group i holds group-in-vector k = (i + l) mod G.
+struct SignTable {
+  int groups_per_vector = 1;
+  int g = 0;
+  std::vector<uint32_t> masks;  // [G phases][g][8]
+  const uint32_t* For(size_t first_group, int j) const {
+    const int phase = static_cast<int>(first_group % groups_per_vector);
+    return &masks[(static_cast<size_t>(phase) * g + j) * kLanes];
+  }
+};
+
+SignTable MakeSigns(uint64_t key, int head_dim, int g) {
+  SignTable s;
+  s.g = g;
+  s.groups_per_vector = head_dim / g;
+  s.masks.resize(static_cast<size_t>(s.groups_per_vector) * g * kLanes);
+  for (int phase = 0; phase < s.groups_per_vector; ++phase) {
+    for (int j = 0; j < g; ++j) {
+      for (int l = 0; l < kLanes; ++l) {
+        const int k = (phase + l) % s.groups_per_vector;
+        s.masks[(static_cast<size_t>(phase) * g + j) * kLanes + l] =
+            SignNegative(key, k * g + j) ? 0x80000000u : 0u;
+      }
+    }
+  }
+  return s;
+}
+
+inline __m256 ApplySign(__m256 v, const uint32_t* mask) {
+  return _mm256_xor_ps(v, _mm256_loadu_ps(reinterpret_cast<const float*>(mask)));
+}
+
+// Encodes groups [0, full) of a section, eight at a time (EncodeGroup, lane by lane). False:
+// a non-finite value or a scale that overflows fp16 was seen (the scalar path then reports it).
+template <int kBits>
+bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
+                   const uint8_t* src, uint8_t* dst) {
+  const GroupParams& p = job.params;
+  const int g = p.g;
+  const size_t index_bytes = static_cast<size_t>(g) * kBits / 8;
+  const Tables t = MakeTables(p);
+  const SignTable signs = MakeSigns(p.sign_key, job.head_dim, g);
+  const __m256 hs = _mm256_set1_ps(HadamardScale(g));
+  const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
+
+  alignas(32) __m256 x[kMaxGroupSize];
+  alignas(32) __m256i idx[kMaxGroupSize];
+  __m256i bad = _mm256_setzero_si256();
+  for (size_t i = 0; i < full; i += kLanes) {
+    // Pass 1, per tile of 8 coordinates: load and transpose (lane l = group i + l), check
+    // finiteness, accumulate Σx² in index order, apply the signs and FWHT stages 1, 2, 4.
+    __m256 ss = _mm256_setzero_ps();
+    for (int jc = 0; jc < g; jc += kLanes) {
+      __m256 tile[kLanes];
+      for (int l = 0; l < kLanes; ++l) tile[l] = LoadRow(src, job.source, (i + l) * g + jc);
+      Transpose8x8(tile);
+      for (int c = 0; c < kLanes; ++c) {
+        const __m256i e = _mm256_and_si256(_mm256_castps_si256(tile[c]), exp_mask);
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, exp_mask));
+        ss = _mm256_add_ps(ss, _mm256_mul_ps(tile[c], tile[c]));
+        tile[c] = ApplySign(tile[c], signs.For(i, jc + c));
+      }
+      FwhtStageA(tile);
+      for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
+    }
+    // Pass 2: the remaining FWHT stages, column by column.
+    FwhtStageB(x, g);
+    // Pass 3, in index order: normalize, quantize, accumulate ||y_hat||².
+    const __m256 n = _mm256_sqrt_ps(ss);
+    const __m256 c = _mm256_div_ps(hs, n);
+    const __m256i c_exp = _mm256_and_si256(_mm256_castps_si256(c), exp_mask);
+    const __m256 zero_group = _mm256_or_ps(_mm256_cmp_ps(ss, _mm256_setzero_ps(), _CMP_EQ_OQ),
+                                           _mm256_castsi256_ps(_mm256_cmpeq_epi32(c_exp, exp_mask)));
+    const __m256i keep = _mm256_castps_si256(
+        _mm256_xor_ps(zero_group, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
+    __m256 yy = _mm256_setzero_ps();
+    for (int j = 0; j < g; ++j) {
+      const __m256i q = Quantize<kBits>(t, _mm256_mul_ps(x[j], c));
+      idx[j] = _mm256_and_si256(q, keep);
+      const __m256 lv = Level<kBits>(t, q);
+      yy = _mm256_add_ps(yy, _mm256_mul_ps(lv, lv));
+    }
+    __m256 scale = p.norm_correction ? _mm256_div_ps(n, _mm256_sqrt_ps(yy)) : n;
+    scale = _mm256_andnot_ps(zero_group, scale);  // +0 for zero groups
+    const __m128i scale_h = _mm256_cvtps_ph(scale, _MM_FROUND_TO_NEAREST_INT);
+    const __m128i h_exp = _mm_and_si128(scale_h, _mm_set1_epi16(0x7C00));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi16(h_exp, _mm_set1_epi16(0x7C00))) != 0) return false;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + lay.scales + 2 * i), scale_h);
+    PackLanes<kBits>(idx, g, dst + lay.indices + i * index_bytes, index_bytes);
+  }
+  return _mm256_testz_si256(bad, bad);
+}
+
+// Decodes groups [0, full) (DecodeGroup, lane by lane).
+template <int kBits>
+void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
+                   const uint8_t* src, DType out_dtype, uint8_t* out) {
+  const GroupParams& p = job.params;
+  const int g = p.g;
+  const size_t index_bytes = static_cast<size_t>(g) * kBits / 8;
+  const Tables t = MakeTables(p);
+  const SignTable signs = MakeSigns(p.sign_key, job.head_dim, g);
+  const __m256 hs = _mm256_set1_ps(HadamardScale(g));
+  alignas(32) __m256 x[kMaxGroupSize];
+  alignas(32) __m256i idx[kMaxGroupSize];
+  for (size_t i = 0; i < full; i += kLanes) {
+    UnpackLanes<kBits>(src + lay.indices + i * index_bytes, index_bytes, g, idx);
+    for (int jc = 0; jc < g; jc += kLanes) {
+      __m256 tile[kLanes];
+      for (int c = 0; c < kLanes; ++c) tile[c] = Level<kBits>(t, idx[jc + c]);
+      FwhtStageA(tile);
+      for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
+    }
+    FwhtStageB(x, g);
+    const __m256 m = _mm256_mul_ps(
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + lay.scales + 2 * i))), hs);
+    for (int jc = 0; jc < g; jc += kLanes) {
+      __m256 tile[kLanes];
+      for (int c = 0; c < kLanes; ++c) tile[c] = ApplySign(_mm256_mul_ps(x[jc + c], m), signs.For(i, jc + c));
+      Transpose8x8(tile);
+      for (int l = 0; l < kLanes; ++l) StoreRow(out, out_dtype, (i + l) * g + jc, tile[l]);
+    }
+  }
+}
+
+}  // namespace
+
+bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err) {
+  if (!Avx2Available() || !job.codec.quantized() || job.codec.qjl) return false;
+  const GroupParams& p = job.params;
+  const int g = p.g;
+  const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
+  const size_t full = lay.groups / kLanes * kLanes;
+  bool ok = false;
+  switch (p.bits) {
+    case 1: ok = EncodeBatches<1>(job, lay, full, src, dst); break;
+    case 2: ok = EncodeBatches<2>(job, lay, full, src, dst); break;
+    case 3: ok = EncodeBatches<3>(job, lay, full, src, dst); break;
+    case 4: ok = EncodeBatches<4>(job, lay, full, src, dst); break;
+    case 8: ok = EncodeBatches<8>(job, lay, full, src, dst); break;
+    default: return false;
+  }
+  if (!ok) return false;
+  // The remaining (< 8) groups take the scalar path (identical math).
+  const size_t index_bytes = static_cast<size_t>(g) * p.bits / 8;
+  const int G = job.head_dim / g;
+  float xs[kMaxGroupSize];
+  EncodedGroup enc;
+  for (size_t gi = full; gi < lay.groups; ++gi) {
+    for (int j = 0; j < g; ++j) {
+      xs[j] = LoadAsFloat(src, job.source, gi * g + j);
+      if (!IsFiniteFloat(xs[j])) return false;
+    }
+    if (!EncodeGroup(p, xs, static_cast<int>(gi % G) * g, &enc)) return false;
+    std::memcpy(dst + lay.scales + 2 * gi, &enc.scale, 2);
+    PackIndices(enc.idx, g, p.bits, dst + lay.indices + gi * index_bytes);
+  }
+  err->kind = EncodeError::kNone;
+  return true;
+}
+
+bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out) {
+  if (!Avx2Available() || !job.codec.quantized() || job.codec.qjl) return false;
+  const GroupParams& p = job.params;
+  const int g = p.g;
+  const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
+  const size_t full = lay.groups / kLanes * kLanes;
+  switch (p.bits) {
+    case 1: DecodeBatches<1>(job, lay, full, src, out_dtype, out); break;
+    case 2: DecodeBatches<2>(job, lay, full, src, out_dtype, out); break;
+    case 3: DecodeBatches<3>(job, lay, full, src, out_dtype, out); break;
+    case 4: DecodeBatches<4>(job, lay, full, src, out_dtype, out); break;
+    case 8: DecodeBatches<8>(job, lay, full, src, out_dtype, out); break;
+    default: return false;
+  }
+  const size_t index_bytes = static_cast<size_t>(g) * p.bits / 8;
+  const int G = job.head_dim / g;
+  float xs[kMaxGroupSize];
+  uint8_t idx_lane[kMaxGroupSize];
+  const uint8_t zero_bits[kMaxGroupSize / 8] = {};
+  for (size_t gi = full; gi < lay.groups; ++gi) {
+    uint16_t scale;
+    std::memcpy(&scale, src + lay.scales + 2 * gi, 2);
+    UnpackIndices(src + lay.indices + gi * index_bytes, g, p.bits, idx_lane);
+    DecodeGroup(p, idx_lane, zero_bits, scale, 0, static_cast<int>(gi % G) * g, xs);
+    for (int j = 0; j < g; ++j) StoreFromFloat(out, out_dtype, gi * g + j, xs[j]);
+  }
+  return true;
+}
+
+#else  // no AVX2 build
 
 bool Avx2Available() { return false; }
 bool EncodeSectionAvx2(const SectionJob&, const uint8_t*, uint8_t*, EncodeError*) { return false; }
 bool DecodeSectionAvx2(const SectionJob&, const uint8_t*, DType, uint8_t*) { return false; }
+
+#endif
 
 }  // namespace turbokv::codec::internal
