@@ -261,7 +261,7 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
   const bool progress = !g.json && isatty(STDOUT_FILENO);
   std::atomic<bool> done{false};
   std::thread reporter([&] {
-    while (progress && !done.load()) {
+    while (progress && !done.load() && absl::Now() < end) {
       absl::SleepFor(absl::Milliseconds(500));
       const double s = absl::ToDoubleSeconds(absl::Now() - start);
       std::printf("\r[%5.1fs/%.0fs] put %8.3f GB/s  get %8.3f GB/s (logical)  %9.0f blocks/s ",
