@@ -1,0 +1,16 @@
+# Server integration tests: the real turbokv-server binary on 127.0.0.1:0, driven through the
+# generated gRPC stub (no client library).
+if(TARGET turbokv-server)
+  include(GoogleTest)
+  find_package(gRPC CONFIG REQUIRED)
+  add_executable(server_integration_tests
+    ${CMAKE_SOURCE_DIR}/tests/integration/server_rpc_test.cc)
+  target_include_directories(server_integration_tests PRIVATE ${CMAKE_SOURCE_DIR}/tests/integration)
+  target_compile_definitions(server_integration_tests PRIVATE
+    TURBOKV_SERVER_BINARY="$<TARGET_FILE:turbokv-server>")
+  target_link_libraries(server_integration_tests PRIVATE turbokv::proto gRPC::grpc++
+                        GTest::gtest GTest::gtest_main)
+  add_dependencies(server_integration_tests turbokv-server)
+  gtest_discover_tests(server_integration_tests
+    PROPERTIES LABELS integration TIMEOUT 120 DISCOVERY_TIMEOUT 30)
+endif()
