@@ -21,10 +21,9 @@ if(TARGET turbokv_client AND TARGET turbokv_cli_lib)
   #   cmake -DTURBOKV_PYTHON=/path/to/venv/bin/python ...
   set(TURBOKV_PYTHON "" CACHE FILEPATH "Python for the Python client tests (empty: not run)")
   if(TURBOKV_PYTHON)
+    file(GLOB _client_py_tests ${CMAKE_SOURCE_DIR}/tests/python/test_client*.py)
     add_test(NAME client_python_tests
-             COMMAND ${TURBOKV_PYTHON} -m pytest -q ${CMAKE_SOURCE_DIR}/tests/python/test_client_hasher.py
-                     ${CMAKE_SOURCE_DIR}/tests/python/test_client_integration.py
-                     ${CMAKE_SOURCE_DIR}/tests/python/test_client_cli.py
+             COMMAND ${TURBOKV_PYTHON} -m pytest -q ${_client_py_tests}
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
     set_tests_properties(client_python_tests PROPERTIES LABELS integration TIMEOUT 900
                          ENVIRONMENT "TURBOKV_BUILD_DIR=${CMAKE_BINARY_DIR}")
