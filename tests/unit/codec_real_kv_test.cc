@@ -56,7 +56,7 @@ TEST(RealKvTest, SmolLm2RelativeMseAfterRotationIsNearTheTheory) {
 }
 
 TEST(RealKvTest, EveryPresetRoundTripsBothModels) {
-  for (const std::string& file : {"smollm2_kv_64_fp16.npy", "stories260k_kv_64_fp16.npy"}) {
+  for (const std::string file : {"smollm2_kv_64_fp16.npy", "stories260k_kv_64_fp16.npy"}) {
     const RealKv kv = Load(file);
     for (const std::string& preset : PresetNames()) {
       absl::StatusOr<CodecSpec> spec = PresetSpec(preset, kv.shape.head_dim);
