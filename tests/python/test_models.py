@@ -469,3 +469,24 @@ def test_demo_reuses_prefixes_with_fake_client(stories):
         assert r.put_blocks == 0
         assert r.computed_tokens == r.prompt_tokens - r.full_blocks * 16 or \
             r.computed_tokens == 1
+
+
+def test_demo_against_real_server(stories, turbokv_client):
+    """End to end through a real turbokv-server (skipped without the binary; conftest.py)."""
+    from turbokv import PrefixHasher
+    demo_mod = _load_demo()
+    demo = demo_mod.Demo(turbokv_client, PrefixHasher, stories, "stories260k", "k4v4-g32",
+                         max_new_tokens=8, log=lambda s: None)
+    demo.run(["tom"])
+    first, *later = demo.reports
+    assert first.reused_tokens == 0 and first.put_blocks == first.full_blocks > 0
+    for r in later:
+        assert r.matched_blocks >= 4 and r.reused_tokens >= 64
+    t = demo.totals()
+    assert t["put_failures"] == 0 and t["put_blocks"] > 0
+    # head_dim 8 has one 8-wide group per head vector: 4-bit codes + norms, well above 2x.
+    assert 2.0 < t["compression_ratio"] < 16.0 / 4.0
+    assert t["max_abs_logit_delta"] < 5.0 and t["argmax_agree"] >= 2
+    ns = [n for n in turbokv_client.stats()["namespaces"] if n["namespace_id"] == demo.ns]
+    assert ns and ns[0]["blocks"] == t["put_blocks"] and ns[0]["stored_bytes"] == t["stored_bytes"]
+    assert "this namespace" in demo_mod.format_server_stats(turbokv_client.stats(), demo.ns)
