@@ -84,6 +84,15 @@ std::vector<IndexEntry> BlockIndex::TakeVictims(
   return victims;
 }
 
+void BlockIndex::Restore(std::vector<IndexEntry> victims) {
+  for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
+    if (map_.contains(it->key)) continue;  // re-put meanwhile: the newer entry wins
+    lru_.push_front(std::move(*it));
+    map_.emplace(std::string_view(lru_.front().key), lru_.begin());
+    Account(lru_.front(), /*add=*/true);
+  }
+}
+
 uint64_t BlockIndex::EvictableBytes(int64_t now) const {
   uint64_t bytes = 0;
   for (const IndexEntry& e : lru_) {

@@ -54,6 +54,8 @@ class BlockIndex {
   // candidate is left.
   std::vector<IndexEntry> TakeVictims(uint64_t bytes_to_free, int64_t now,
                                       const absl::flat_hash_set<std::string_view>& exclude);
+  // Puts entries taken by TakeVictims back at the least recently used end, in their order.
+  void Restore(std::vector<IndexEntry> victims);
   // Charges of the entries TakeVictims could remove at `now`, ignoring exclusions.
   uint64_t EvictableBytes(int64_t now) const;
 

@@ -370,24 +370,27 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
         credit = old->charge;
       }
       auto projected = [&] { return index_.used_bytes() + pending - credit + charge; };
+      std::vector<IndexEntry> taken;
       if (projected() > high) {
         const uint64_t target = std::min(low, high);
         const uint64_t need = projected() > target ? projected() - target : 0;
-        std::vector<IndexEntry> taken = index_.TakeVictims(need, now, batch_keys);
-        for (IndexEntry& v : taken) {
-          evicted_blocks_ += 1;
-          evicted_bytes_ += v.charge;
-          dirty_access_.erase(v.key);
-          victims.push_back(std::move(v));
-        }
+        taken = index_.TakeVictims(need, now, batch_keys);
       }
       if (projected() > capacity) {
+        // Does not fit even with everything evictable gone: evict nothing for it.
+        index_.Restore(std::move(taken));
         const uint64_t used = index_.used_bytes() + pending;
         results[i] = absl::ResourceExhaustedError(absl::StrCat(
             "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ", capacity,
             " capacity bytes are in use and ", used - index_.EvictableBytes(now),
             " of them are leased or written by this request (not evictable)"));
         continue;
+      }
+      for (IndexEntry& v : taken) {
+        evicted_blocks_ += 1;
+        evicted_bytes_ += v.charge;
+        dirty_access_.erase(v.key);
+        victims.push_back(std::move(v));
       }
       pending = pending + charge - credit;
       accepted_charge[keys[i]] = charge;
@@ -413,11 +416,11 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
 
   std::lock_guard<std::mutex> l(mu_);
   if (!s.ok()) {
-    for (IndexEntry& v : victims) {
+    for (const IndexEntry& v : victims) {
       evicted_blocks_ -= 1;
       evicted_bytes_ -= v.charge;
-      index_.Upsert(std::move(v));
     }
+    index_.Restore(std::move(victims));
     for (size_t i : accepted) results[i] = s;
     return results;
   }

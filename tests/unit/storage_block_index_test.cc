@@ -60,6 +60,20 @@ TEST(BlockIndexTest, VictimsAreLeastRecentlyUsedAndSkipLeasesAndExclusions) {
   EXPECT_EQ(index.used_bytes(), 0u);
 }
 
+TEST(BlockIndexTest, RestorePutsVictimsBackAtTheOldEnd) {
+  BlockIndex index;
+  for (const char* k : {"a", "b", "c", "d"}) index.Upsert(Entry(k, 1, 90));
+  std::vector<IndexEntry> v = index.TakeVictims(200, 0, {});
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(index.used_bytes(), 200u);
+  index.Restore(std::move(v));
+  EXPECT_EQ(index.used_bytes(), 400u);
+  EXPECT_EQ(index.blocks(), 4u);
+  v = index.TakeVictims(1, 0, {});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].key, "a");  // order kept
+}
+
 TEST(BlockIndexTest, ReplacementKeepsTheLease) {
   BlockIndex index;
   index.Upsert(Entry("a", 1, 10, /*lease_until=*/100));

@@ -302,9 +302,13 @@ TEST_F(BlockStoreTest, LeasesProtectBlocksUntilGetOrExpiry) {
   EXPECT_TRUE(Has(*s, 4));
   EXPECT_LE(s->Stats().used_bytes, s->Stats().capacity_bytes);
 
-  // A block larger than the whole capacity never fits.
+  // A block larger than the whole capacity never fits, and evicts nothing on its way out.
+  const StoreStats before_huge = s->Stats();
   absl::Status huge = Put(*s, kNs, HashOf(99), MakeValue(21 * c, rng_));
   EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s->Stats().evicted_blocks, before_huge.evicted_blocks);
+  EXPECT_EQ(s->Stats().blocks, before_huge.blocks);
+  EXPECT_EQ(s->Stats().used_bytes, before_huge.used_bytes);
 }
 
 TEST_F(BlockStoreTest, CapacityHoldsUnderThreeTimesItsSizeOfConcurrentWrites) {
