@@ -14,6 +14,7 @@
 #include "section_codec.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define TURBOKV_HAVE_AVX2_BUILD 1
 #endif
@@ -22,9 +23,24 @@ namespace turbokv::codec::internal {
 
 #if TURBOKV_HAVE_AVX2_BUILD
 
+namespace {
+// CPUID: AVX2 (leaf 7 EBX bit 5), FMA (leaf 1 ECX bit 12), F16C (leaf 1 ECX bit 29), and the
+// OS saving YMM state (OSXSAVE, XCR0 bits 1-2). (clang 14 has no __builtin_cpu_supports("f16c").)
+bool DetectAvx2() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool fma = c & (1u << 12), f16c = c & (1u << 29), osxsave = c & (1u << 27);
+  if (!fma || !f16c || !osxsave) return false;
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 6u) != 6u) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return b & (1u << 5);
+}
+}  // namespace
+
 bool Avx2Available() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = DetectAvx2();
   return ok;
 }
 
