@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine and builds turbokv:
+#   1. apt-get installs the C++ toolchain and libraries (skipped when all are present),
+#   2. a Python venv at $BUILD/venv with tools/requirements.txt,
+#   3. CMake configure + build into $BUILD (default: build/), CUDA when nvcc is found.
+# Idempotent; re-running only rebuilds what changed.
+#   BUILD=build bash tools/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+JOBS=${JOBS:-$(nproc)}
+log() { echo "[setup $(date +%H:%M:%S)] $*"; }
+
+APT_PACKAGES=(build-essential cmake pkg-config git ccache
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  librocksdb-dev prometheus-cpp-dev libxxhash-dev libzstd-dev libgtest-dev libgmock-dev
+  libbenchmark-dev libspdlog-dev libcli11-dev libssl-dev clang libclang-rt-14-dev)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt-get install ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ -z "$(command -v nvcc || true)" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x "$BUILD/venv/bin/python" ]; then
+  log "python venv $BUILD/venv ($($PY --version))"
+  mkdir -p "$BUILD"
+  $PY -m venv "$BUILD/venv"
+fi
+if ! cmp -s tools/requirements.txt "$BUILD/venv/.requirements"; then
+  log "pip install -r tools/requirements.txt"
+  "$BUILD/venv/bin/pip" install -q --disable-pip-version-check -r tools/requirements.txt
+  cp tools/requirements.txt "$BUILD/venv/.requirements"
+fi
+# The gRPC stubs of the Python client are generated from proto/ (not committed).
+"$BUILD/venv/bin/python" client/python/scripts/gen_stubs.py
+
+log "cmake configure ($BUILD)"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-} > "$BUILD/configure.log" 2>&1 \
+  || { tail -40 "$BUILD/configure.log"; exit 1; }
+grep -E "turbokv:" "$BUILD/configure.log" || true
+log "cmake build -j$JOBS"
+cmake --build "$BUILD" -j"$JOBS"
+log "built: $(ls "$BUILD/bin" | tr '\n' ' ')"

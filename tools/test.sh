@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (README "Test"):
+#   1. tools/setup.sh (deps, venv, build),
+#   2. ctest: unit and integration tests (GPU tests skip without a device),
+#   3. pytest: Python client, models, demo (real turbokv-server on 127.0.0.1:0),
+#   4. the codec tests again under ASan+UBSan,
+#   5. a short libFuzzer run of the packed-block parser (clang).
+# Exit status non-zero when any step fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+log() { echo "[test $(date +%H:%M:%S)] $*"; }
+
+bash tools/setup.sh
+
+log "ctest (unit, integration, gpu)"
+(cd "$BUILD" && ctest --output-on-failure -j"$JOBS" --timeout 600)
+
+log "pytest"
+TURBOKV_BUILD_DIR="$PWD/$BUILD" "$BUILD/venv/bin/python" -m pytest -q tests/python
+
+log "codec tests under ASan+UBSan"
+cmake -S . -B "$BUILD-asan" -DTURBOKV_SANITIZE=address,undefined -DTURBOKV_BUILD_SERVICE=OFF \
+  -DTURBOKV_ENABLE_CUDA=OFF -DTURBOKV_BUILD_BENCH=OFF > "$BUILD-asan.configure.log" 2>&1
+cmake --build "$BUILD-asan" -j"$JOBS" --target codec_unit_tests codec_fuzz_replay_test turbokv-codec
+"$BUILD-asan/bin/codec_unit_tests" --gtest_brief=1
+"$BUILD-asan/bin/codec_fuzz_replay_test" --gtest_brief=1
+"$BUILD-asan/bin/turbokv-codec" eval --source tests/fixtures/smollm2_kv_64_fp16.npy --preset k3v2-g32-qjl \
+  --min-seconds 0.01 > /dev/null
+
+log "libFuzzer: packed-block parser, ${FUZZ_SECONDS}s"
+CC=clang CXX=clang++ cmake -S . -B "$BUILD-fuzz" -DTURBOKV_BUILD_FUZZERS=ON \
+  -DTURBOKV_SANITIZE=address,undefined -DTURBOKV_BUILD_SERVICE=OFF -DTURBOKV_ENABLE_CUDA=OFF \
+  -DTURBOKV_BUILD_BENCH=OFF > "$BUILD-fuzz.configure.log" 2>&1
+cmake --build "$BUILD-fuzz" -j"$JOBS" --target packed_block_fuzzer
+corpus=$(mktemp -d)
+cp tests/fuzz/corpus/* "$corpus/"
+"$BUILD-fuzz/bin/packed_block_fuzzer" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 "$corpus" 2>&1 | tail -4
+rm -rf "$corpus"
+log "all tests passed"
