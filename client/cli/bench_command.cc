@@ -285,6 +285,14 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
   }
   std::sort(put_lat.begin(), put_lat.end());
   std::sort(get_lat.begin(), get_lat.end());
+  auto human = [&](const std::vector<double>& lat, uint64_t blocks, uint64_t logical,
+                   uint64_t stored) {
+    return absl::StrFormat(
+        "%.1f blocks/s, %.3f GB/s logical, %.3f GB/s stored, latency p50 %.1f ms p90 %.1f ms "
+        "p99 %.1f ms (%d calls)",
+        blocks / elapsed, logical / elapsed / 1e9, stored / elapsed / 1e9, Percentile(lat, 50),
+        Percentile(lat, 90), Percentile(lat, 99), lat.size());
+  };
   auto side = [&](const std::vector<double>& lat, uint64_t blocks, uint64_t logical,
                   uint64_t stored) {
     JsonObject o;
@@ -312,8 +320,10 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
       .Add("batch_blocks", a.batch)
       .Add("get_encoding", a.packed_get ? "packed" : "raw")
       .Add("seconds", elapsed)
-      .Add("put", side(put_lat, totals.put_blocks, totals.put_logical, totals.put_stored))
-      .Add("get", side(get_lat, totals.get_blocks, totals.get_logical, totals.get_stored))
+      .Add("put", side(put_lat, totals.put_blocks, totals.put_logical, totals.put_stored),
+           human(put_lat, totals.put_blocks, totals.put_logical, totals.put_stored))
+      .Add("get", side(get_lat, totals.get_blocks, totals.get_logical, totals.get_stored),
+           human(get_lat, totals.get_blocks, totals.get_logical, totals.get_stored))
       .Add("get_missing_blocks", totals.get_missing.load())
       .Add("put_failed_blocks", totals.put_failed.load())
       .Add("dropped_blocks", dropped);

@@ -64,6 +64,10 @@ JsonObject& JsonObject::Add(absl::string_view key, const JsonObject& value) {
   fields_.push_back({std::string(key), value.Dump(), value.Dump()});
   return *this;
 }
+JsonObject& JsonObject::Add(absl::string_view key, const JsonObject& value, std::string human) {
+  fields_.push_back({std::string(key), value.Dump(), std::move(human)});
+  return *this;
+}
 JsonObject& JsonObject::AddRawArray(absl::string_view key,
                                     const std::vector<std::string>& values) {
   std::string v = absl::StrCat("[", absl::StrJoin(values, ","), "]");

@@ -28,6 +28,8 @@ class JsonObject {
   JsonObject& Add(absl::string_view key, unsigned value) { return Add(key, uint64_t{value}); }
   JsonObject& Add(absl::string_view key, double value);
   JsonObject& Add(absl::string_view key, const JsonObject& value);
+  // A nested object shown to people as `human` instead of its JSON.
+  JsonObject& Add(absl::string_view key, const JsonObject& value, std::string human);
   // A JSON array of already-serialized values.
   JsonObject& AddRawArray(absl::string_view key, const std::vector<std::string>& values);
 
