@@ -68,7 +68,28 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def smollm2_gguf_layout(smollm2):
-    return models.load_model("smollm2", kv_layout="gguf", download=False)
+    """SmolLM2 with Q/K rows in the GGUF file's order and adjacent-pair RoPE, derived from the
+    loaded model by convert_hf_to_gguf.py's ``permute`` (exact: a row reordering) instead of a
+    second 5-10 s load of the file."""
+    import copy
+    import dataclasses
+    c = smollm2.config
+    m = copy.copy(smollm2)
+    m.config = dataclasses.replace(c, rope_style="interleaved")
+    m.revision = smollm2.revision.replace("-kv-hf", "-kv-gguf")
+
+    def permute(w_out_in, n_head):  # convert_hf_to_gguf.py LlamaModel.permute
+        return (w_out_in.reshape(n_head, 2, w_out_in.shape[0] // n_head // 2, -1)
+                .swapaxes(1, 2).reshape(w_out_in.shape))
+
+    nq, nk = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    m.layers = []
+    for w in smollm2.layers:
+        wqkv = w.wqkv.T
+        wqkv = np.concatenate([permute(wqkv[:nq], c.num_heads),
+                               permute(wqkv[nq:nq + nk], c.num_kv_heads), wqkv[nq + nk:]])
+        m.layers.append(dataclasses.replace(w, wqkv=np.ascontiguousarray(wqkv.T)))
+    return m
 
 
 def _rel_err(a, b):
@@ -197,6 +218,16 @@ def test_stories_prefill_with_past_equals_full(stories):
     for i in range(1, len(tokens)):
         logits, kv = stories.prefill(tokens[i:i + 1], past_kv=kv)
     assert _rel_err(logits[-1], full_logits[-1]) < 1e-4
+
+
+def test_attention_query_chunking_is_exact(stories, monkeypatch):
+    tokens = stories.tokenizer.encode("Once upon a time, there was a little girl. " * 6,
+                                      add_bos=True)
+    want, want_kv = stories.prefill(tokens)
+    monkeypatch.setattr(stories, "attention_chunk_floats", 8 * len(tokens) * 7)  # 7-row chunks
+    got, got_kv = stories.prefill(tokens)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_kv, want_kv, rtol=1e-5, atol=1e-5)
 
 
 def test_kv_is_after_rope(stories):
@@ -339,6 +370,15 @@ def test_smollm2_hf_and_gguf_layouts_agree(smollm2, smollm2_gguf_layout):
     np.testing.assert_allclose(kv_gguf[:, 0][..., perm], kv_hf[:, 0], rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(kv_gguf[:, 1], kv_hf[:, 1], rtol=1e-3, atol=1e-4)
     assert smollm2_gguf_layout.revision.endswith("-kv-gguf")
+
+
+def test_smollm2_gguf_layout_loader(smollm2, smollm2_gguf_layout):
+    """load_gguf_llama(kv_layout="gguf") keeps the file's rows: equal to the derived model."""
+    if os.environ.get("TURBOKV_SLOW_TESTS") != "1":
+        pytest.skip("loads SmolLM2 a second time (5-10 s); set TURBOKV_SLOW_TESTS=1")
+    g = models.load_model("smollm2", kv_layout="gguf", download=False)
+    assert g.revision == smollm2_gguf_layout.revision and g.config.rope_style == "interleaved"
+    np.testing.assert_array_equal(g.layers[3].wqkv, smollm2_gguf_layout.layers[3].wqkv)
 
 
 def test_smollm2_perplexity_wikitext(smollm2):

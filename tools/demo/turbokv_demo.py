@@ -136,7 +136,9 @@ class Demo:
         hashes = self.hasher.block_hashes(tokens, bt)
 
         t0 = time.perf_counter()
-        matched = int(self.client.lookup(self.ns, hashes, lease_seconds=0).matched_blocks)
+        matched = 0
+        if hashes:  # prompts shorter than one block have nothing to look up or store
+            matched = int(self.client.lookup(self.ns, hashes, lease_seconds=0).matched_blocks)
         got: List[np.ndarray] = []
         if matched:
             for a in self.client.get_blocks(self.ns, hashes[:matched], dtype="fp16"):

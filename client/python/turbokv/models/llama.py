@@ -156,6 +156,9 @@ class LlamaModel:
       tokenizer: a :class:`Tokenizer` (``encode(text, add_bos) -> list[int]``, ``decode(ids)``).
     """
 
+    #: Largest attention score tensor of one chunk of query rows, in floats (128 MiB).
+    attention_chunk_floats = 1 << 25
+
     def __init__(self, name: str, revision: str, config: LlamaConfig,
                  tok_embeddings: np.ndarray, layers: List[LayerWeights], final_norm: np.ndarray,
                  classifier: Optional[np.ndarray], tokenizer: Tokenizer):
@@ -283,6 +286,7 @@ class LlamaModel:
         scale = np.float32(1.0 / math.sqrt(c.head_dim))
         nh, nkv, hd = c.num_heads, c.num_kv_heads, c.head_dim
         group = nh // nkv
+        rows = max(1, min(T, self.attention_chunk_floats // max(1, nh * S)))
         q_cols, k_cols = nh * hd, nkv * hd
 
         x = self.tok_embeddings[toks]  # [T, dim] (fancy indexing copies)
@@ -297,11 +301,14 @@ class LlamaModel:
             qh = q.reshape(T, nkv, group, hd).transpose(1, 2, 0, 3)
             kh = kv[li, KV_K].transpose(1, 2, 0)[:, None]
             vh = kv[li, KV_V].transpose(1, 0, 2)[:, None]
-            scores = np.matmul(qh, kh)
-            scores *= scale
-            scores[..., mask] = -np.inf
-            probs = _softmax_inplace(scores)
-            att = np.matmul(probs, vh)  # [nkv, group, T, hd]
+            att = np.empty((nkv, group, T, hd), dtype=np.float32)
+            # Query rows in chunks bound the [nkv, group, rows, S] score tensor.
+            for r0 in range(0, T, rows):
+                r1 = min(T, r0 + rows)
+                scores = np.matmul(qh[:, :, r0:r1], kh)
+                scores *= scale
+                scores[..., mask[r0:r1]] = -np.inf
+                att[:, :, r0:r1] = np.matmul(_softmax_inplace(scores), vh)
             att = att.transpose(2, 0, 1, 3).reshape(T, nh * hd)
             x = x + att @ w.wo
             h = rms_norm(x, w.ffn_norm, c.rms_eps)
