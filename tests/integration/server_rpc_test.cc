@@ -555,7 +555,7 @@ TEST(ServerRpcTest, FullStoreWithNothingEvictableIsResourceExhausted) {
 }
 
 TEST(ServerRpcTest, RestartKeepsDataAndSigtermExitsZero) {
-  ServerProcess server;
+  ServerProcess server({"--durability", "fsync"});
   ASSERT_TRUE(server.Start()) << server.Log();
   std::mt19937_64 rng(4);
   v1::RegisterNamespaceResponse reg = Register(server.stub(), SmallDescriptor("k3v3-g32"));
@@ -586,6 +586,7 @@ TEST(ServerRpcTest, RestartKeepsDataAndSigtermExitsZero) {
   std::vector<GotBlock> after = GetOk(server.stub(), reg.namespace_id(), hashes, v1::ENCODING_PACKED);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(after[i].bytes, before[i].bytes) << i;
   v1::StatsResponse stats_after = Stats(server.stub());
+  EXPECT_EQ(stats_after.durability(), "fsync");
   EXPECT_EQ(stats_after.blocks(), stats_before.blocks());
   EXPECT_EQ(stats_after.used_bytes(), stats_before.used_bytes());
   EXPECT_EQ(stats_after.logical_bytes(), stats_before.logical_bytes());
