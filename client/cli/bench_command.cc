@@ -62,7 +62,7 @@ uint16_t FloatToHalf(float f) {
   int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
   uint32_t mant = x & 0x7fffff;
   if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
-  if (exp <= 0) {                                               // subnormal or zero
+  if (exp <= 0) {                                              // subnormal or zero
     if (exp < -10) return static_cast<uint16_t>(sign);
     mant |= 0x800000;
     const int shift = 14 - exp;
@@ -109,8 +109,8 @@ std::vector<std::string> SyntheticBlocks(const client::NamespaceDescriptor& d, i
         for (uint32_t t = 0; t < d.block_tokens; ++t) {
           for (size_t c = 0; c < hd; ++c, ++pos) {
             const size_t i = l * hd + c;
-            const float v = kv == 0 ? k_offset[i] + k_scale[i] * normal(rng)
-                                    : v_scale[i] * normal(rng);
+            const float v =
+                kv == 0 ? k_offset[i] + k_scale[i] * normal(rng) : v_scale[i] * normal(rng);
             if (d.dtype == DType::kFloat32) {
               std::memcpy(block.data() + pos * esize, &v, 4);
             } else {
@@ -129,8 +129,8 @@ std::vector<std::string> SyntheticBlocks(const client::NamespaceDescriptor& d, i
 // Percentile of sorted samples (nearest rank); 0 when empty.
 double Percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
-  const size_t i = std::min(sorted.size() - 1,
-                            static_cast<size_t>(std::ceil(p / 100.0 * sorted.size())) - 1);
+  const size_t i =
+      std::min(sorted.size() - 1, static_cast<size_t>(std::ceil(p / 100.0 * sorted.size())) - 1);
   return sorted[i];
 }
 
@@ -150,8 +150,7 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
   if (!a.kv.empty()) {
     TURBOKV_ASSIGN_OR_RETURN(kv, ReadNpy(a.kv));
     if (kv.shape.size() != 5 || kv.shape[1] != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(a.kv, ": expected a [L][2][T][H][D] array"));
+      return absl::InvalidArgumentError(absl::StrCat(a.kv, ": expected a [L][2][T][H][D] array"));
     }
     if (kv.descr == "<f2") {
       d.dtype = DType::kFloat16;
@@ -160,8 +159,8 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
     } else if (kv.descr == "<u2") {
       d.dtype = DType::kBFloat16;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(a.kv, ": dtype '", kv.descr,
-                                                     "' is not <f2, <f4 or <u2 (bf16)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(a.kv, ": dtype '", kv.descr, "' is not <f2, <f4 or <u2 (bf16)"));
     }
     d.num_layers = kv.shape[0];
     d.num_kv_heads = kv.shape[3];
@@ -169,8 +168,8 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
     const KvShape seq{kv.shape[0], kv.shape[2], kv.shape[3], kv.shape[4], kv.itemsize()};
     TURBOKV_ASSIGN_OR_RETURN(pool, SplitBlocks(kv.data, seq, a.block_tokens));
     if (pool.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(a.kv, " has fewer than ", a.block_tokens,
-                                                     " tokens: no full block"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(a.kv, " has fewer than ", a.block_tokens, " tokens: no full block"));
     }
   } else {
     TURBOKV_ASSIGN_OR_RETURN(d.dtype, client::ParseDType(a.dtype));
@@ -208,8 +207,7 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
         std::memcpy(h.data(), f, 32);
         hashes[i] = std::move(h);
         const std::string& b = pool[(seq * a.batch + i + w) % pool.size()];
-        spans[i] = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()),
-                                             b.size());
+        spans[i] = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size());
       }
       absl::Time t0 = absl::Now();
       absl::StatusOr<std::vector<client::BlockPutResult>> put =
@@ -264,8 +262,8 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
     while (progress && !done.load() && absl::Now() < end) {
       absl::SleepFor(absl::Milliseconds(500));
       const double s = absl::ToDoubleSeconds(absl::Now() - start);
-      std::printf("\r[%5.1fs/%.0fs] put %8.3f GB/s  get %8.3f GB/s (logical)  %9.0f blocks/s ",
-                  s, a.seconds, totals.put_logical.load() / s / 1e9,
+      std::printf("\r[%5.1fs/%.0fs] put %8.3f GB/s  get %8.3f GB/s (logical)  %9.0f blocks/s ", s,
+                  a.seconds, totals.put_logical.load() / s / 1e9,
                   totals.get_logical.load() / s / 1e9,
                   (totals.put_blocks.load() + totals.get_blocks.load()) / s);
       std::fflush(stdout);
@@ -310,8 +308,8 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
   o.Add("namespace_id", client::FormatNamespaceId(ns))
       .Add("preset", a.preset)
       .Add("dtype", client::DTypeName(d.dtype))
-      .Add("shape", absl::StrFormat("L=%d H=%d D=%d block_tokens=%d", d.num_layers,
-                                    d.num_kv_heads, d.head_dim, d.block_tokens))
+      .Add("shape", absl::StrFormat("L=%d H=%d D=%d block_tokens=%d", d.num_layers, d.num_kv_heads,
+                                    d.head_dim, d.block_tokens))
       .Add("source", a.kv.empty() ? std::string("synthetic") : a.kv)
       .Add("raw_block_bytes", info.raw_block_bytes)
       .Add("packed_block_bytes", info.packed_block_bytes)
@@ -334,22 +332,24 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, Action* action) {
-  CLI::App* b = app.add_subcommand("bench", "concurrent put/get load; prints throughput and "
-                                            "latency percentiles");
+  CLI::App* b = app.add_subcommand("bench",
+                                   "concurrent put/get load; prints throughput and "
+                                   "latency percentiles");
   auto a = std::make_shared<BenchArgs>();
   b->add_option("--seconds", a->seconds)->capture_default_str()->check(CLI::PositiveNumber);
-  b->add_option("--concurrency", a->concurrency)->capture_default_str()->check(
-      CLI::Range(1, 1024));
-  b->add_option("--batch", a->batch, "blocks per call")->capture_default_str()->check(
-      CLI::Range(1, 4096));
+  b->add_option("--concurrency", a->concurrency)->capture_default_str()->check(CLI::Range(1, 1024));
+  b->add_option("--batch", a->batch, "blocks per call")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   b->add_option("--preset", a->preset)->capture_default_str();
   b->add_option("--block-tokens", a->block_tokens)->capture_default_str();
   b->add_option("--num-layers", a->num_layers)->capture_default_str();
   b->add_option("--num-kv-heads", a->num_kv_heads)->capture_default_str();
   b->add_option("--head-dim", a->head_dim)->capture_default_str();
   b->add_option("--dtype", a->dtype)->capture_default_str();
-  b->add_option("--kv", a->kv, "use blocks of this KV.npy [L][2][T][H][D] instead of "
-                               "synthetic ones (sets the shape and dtype)")
+  b->add_option("--kv", a->kv,
+                "use blocks of this KV.npy [L][2][T][H][D] instead of "
+                "synthetic ones (sets the shape and dtype)")
       ->check(CLI::ExistingFile);
   b->add_option("--pool-blocks", a->pool_blocks, "distinct synthetic blocks")
       ->capture_default_str();

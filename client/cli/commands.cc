@@ -34,8 +34,8 @@ client::CallOptions Call(const GlobalOptions& g) {
 absl::StatusOr<std::vector<uint32_t>> LoadTokens(const std::string& path) {
   TURBOKV_ASSIGN_OR_RETURN(NpyArray arr, ReadNpy(path));
   if (arr.shape.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": tokens must be a 1-D array, got ",
-                                                   arr.shape.size(), " dimensions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": tokens must be a 1-D array, got ", arr.shape.size(), " dimensions"));
   }
   std::vector<uint32_t> out(arr.shape[0]);
   if (arr.descr == "<i4") {
@@ -59,8 +59,8 @@ absl::StatusOr<std::vector<uint32_t>> LoadTokens(const std::string& path) {
       out[i] = static_cast<uint32_t>(v);
     }
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": tokens must be int32 (<i4) or int64 (<i8), got '", arr.descr, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": tokens must be int32 (<i4) or int64 (<i8), got '", arr.descr, "'"));
   }
   return out;
 }
@@ -109,9 +109,8 @@ absl::Status RunNsRegister(const GlobalOptions& g, const Client& c, NsRegisterAr
       .Add("raw_block_bytes", info.raw_block_bytes)
       .Add("packed_block_bytes", info.packed_block_bytes)
       .Add("bits_per_value", info.bits_per_value)
-      .Add("compression_ratio", info.packed_block_bytes
-                                    ? double(info.raw_block_bytes) / info.packed_block_bytes
-                                    : 0.0);
+      .Add("compression_ratio",
+           info.packed_block_bytes ? double(info.raw_block_bytes) / info.packed_block_bytes : 0.0);
   Emit(g, o);
   return absl::OkStatus();
 }
@@ -126,17 +125,17 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
   TURBOKV_ASSIGN_OR_RETURN(std::vector<uint32_t> tokens, LoadTokens(a.tokens));
   TURBOKV_ASSIGN_OR_RETURN(NpyArray kv, ReadNpy(a.kv));
   if (kv.descr != NpyDescr(d.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        a.kv, ": dtype '", kv.descr, "' does not match the namespace dtype ",
-        client::DTypeName(d.dtype), " (expected '", NpyDescr(d.dtype), "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(a.kv, ": dtype '", kv.descr, "' does not match the namespace dtype ",
+                     client::DTypeName(d.dtype), " (expected '", NpyDescr(d.dtype), "')"));
   }
-  const std::vector<uint64_t> want = {d.num_layers, 2, tokens.size(), d.num_kv_heads,
-                                      d.head_dim};
+  const std::vector<uint64_t> want = {d.num_layers, 2, tokens.size(), d.num_kv_heads, d.head_dim};
   if (kv.shape != want) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        a.kv, ": shape (", absl::StrJoin(kv.shape, ", "), ") is not [num_layers][2][T]"
-        "[num_kv_heads][head_dim] = (", absl::StrJoin(want, ", "), ") with T = ",
-        tokens.size(), " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat(a.kv, ": shape (", absl::StrJoin(kv.shape, ", "),
+                                                   ") is not [num_layers][2][T]"
+                                                   "[num_kv_heads][head_dim] = (",
+                                                   absl::StrJoin(want, ", "),
+                                                   ") with T = ", tokens.size(), " tokens"));
   }
   const KvShape seq{d.num_layers, tokens.size(), d.num_kv_heads, d.head_dim,
                     client::DTypeSize(d.dtype)};
@@ -154,8 +153,8 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
     const size_t end = std::min(blocks.size(), begin + kBlocksPerCall);
     std::vector<absl::Span<const uint8_t>> spans;
     for (size_t i = begin; i < end; ++i) {
-      spans.push_back(absl::Span<const uint8_t>(
-          reinterpret_cast<const uint8_t*>(blocks[i].data()), blocks[i].size()));
+      spans.push_back(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(blocks[i].data()),
+                                                blocks[i].size()));
     }
     TURBOKV_ASSIGN_OR_RETURN(
         std::vector<client::BlockPutResult> res,
@@ -168,8 +167,7 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
         logical_bytes += blocks[begin + i].size();
       } else if (first_failure.ok()) {
         first_failure = absl::Status(
-            res[i].status.code(),
-            absl::StrCat("block ", begin + i, ": ", res[i].status.message()));
+            res[i].status.code(), absl::StrCat("block ", begin + i, ": ", res[i].status.message()));
       }
     }
   }
@@ -186,8 +184,7 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
   if (!first_failure.ok()) {
     return absl::Status(first_failure.code(),
                         absl::StrCat(blocks.size() - stored, " of ", blocks.size(),
-                                     " blocks were not stored; first: ",
-                                     first_failure.message()));
+                                     " blocks were not stored; first: ", first_failure.message()));
   }
   return absl::OkStatus();
 }
@@ -202,8 +199,7 @@ absl::Status RunLookup(const GlobalOptions& g, const Client& c, const LookupArgs
   TURBOKV_ASSIGN_OR_RETURN(NamespaceDescriptor d, FindNamespace(g, c, id));
   TURBOKV_ASSIGN_OR_RETURN(std::vector<uint32_t> tokens, LoadTokens(a.tokens));
   TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string> hashes, HashTokens(d, id, tokens));
-  TURBOKV_ASSIGN_OR_RETURN(client::LookupResult r,
-                           c.Lookup(id, hashes, a.lease_seconds, Call(g)));
+  TURBOKV_ASSIGN_OR_RETURN(client::LookupResult r, c.Lookup(id, hashes, a.lease_seconds, Call(g)));
   JsonObject o;
   o.Add("namespace_id", client::FormatNamespaceId(id))
       .Add("chain_blocks", uint64_t{hashes.size()})
@@ -236,15 +232,13 @@ absl::Status RunGet(const GlobalOptions& g, const Client& c, const GetArgs& a) {
     if (parts.size() != 2 || (!parts[0].empty() && !absl::SimpleAtoi(parts[0], &begin)) ||
         (!parts[1].empty() && !absl::SimpleAtoi(parts[1], &end)) || begin >= end ||
         end > d.num_layers) {
-      return absl::InvalidArgumentError(absl::StrCat("--layers \"", a.layers,
-                                                     "\" is not A:B with 0 <= A < B <= ",
-                                                     d.num_layers));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--layers \"", a.layers, "\" is not A:B with 0 <= A < B <= ", d.num_layers));
     }
     opt.layer_begin = begin;
     opt.layer_end = end;
   }
-  TURBOKV_ASSIGN_OR_RETURN(client::LookupResult m,
-                           c.Lookup(id, hashes, kGetLeaseSeconds, Call(g)));
+  TURBOKV_ASSIGN_OR_RETURN(client::LookupResult m, c.Lookup(id, hashes, kGetLeaseSeconds, Call(g)));
   // Fetch the matched prefix; a block evicted between Lookup and GetBlocks ends the prefix.
   std::vector<std::string> blocks;
   DType dtype = opt.dtype == DType::kUnspecified ? d.dtype : opt.dtype;

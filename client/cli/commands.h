@@ -16,8 +16,8 @@ namespace turbokv::cli {
 // Flags given before the subcommand.
 struct GlobalOptions {
   std::string server = "127.0.0.1:50051";  // HOST:PORT
-  bool json = false;                        // one JSON object per command on stdout
-  double timeout_seconds = 60;              // per RPC, retries included
+  bool json = false;                       // one JSON object per command on stdout
+  double timeout_seconds = 60;             // per RPC, retries included
 };
 
 // Runs a command against a connected client.

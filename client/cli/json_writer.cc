@@ -68,8 +68,7 @@ JsonObject& JsonObject::Add(absl::string_view key, const JsonObject& value, std:
   fields_.push_back({std::string(key), value.Dump(), std::move(human)});
   return *this;
 }
-JsonObject& JsonObject::AddRawArray(absl::string_view key,
-                                    const std::vector<std::string>& values) {
+JsonObject& JsonObject::AddRawArray(absl::string_view key, const std::vector<std::string>& values) {
   std::string v = absl::StrCat("[", absl::StrJoin(values, ","), "]");
   fields_.push_back({std::string(key), v, v});
   return *this;

@@ -24,7 +24,7 @@ struct KvShape {
   uint64_t num_tokens = 0;  // tokens of the sequence (or of one block)
   uint64_t num_kv_heads = 0;
   uint64_t head_dim = 0;
-  uint64_t itemsize = 0;    // bytes per element
+  uint64_t itemsize = 0;  // bytes per element
 
   // Bytes of one token of one layer and one of K/V: num_kv_heads * head_dim * itemsize.
   uint64_t row_bytes() const { return num_kv_heads * head_dim * itemsize; }
@@ -35,8 +35,8 @@ struct KvShape {
 // [L][2][block_tokens][H][D]. InvalidArgument when sequence.size() != seq.total_bytes() or
 // block_tokens == 0.
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> SplitBlocks(absl::string_view sequence,
-                                                                    const KvShape& seq,
-                                                                    uint64_t block_tokens);
+                                                                   const KvShape& seq,
+                                                                   uint64_t block_tokens);
 
 // Concatenates blocks along the token axis: the inverse of SplitBlocks. `block` gives the
 // shape of every block (num_tokens = block_tokens); the result is

@@ -130,9 +130,11 @@ absl::StatusOr<size_t> NpyItemSize(absl::string_view descr) {
   if (descr == "<f8" || descr == "<i8") return 8;
   if (descr == "|u1") return 1;
   if (!descr.empty() && descr[0] == '>') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "big-endian dtype '", descr, "' is not supported; save with arr.astype(arr.dtype."
-        "newbyteorder('<')). Supported: ", kSupported));
+    return absl::InvalidArgumentError(
+        absl::StrCat("big-endian dtype '", descr,
+                     "' is not supported; save with arr.astype(arr.dtype."
+                     "newbyteorder('<')). Supported: ",
+                     kSupported));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported .npy dtype '", descr, "'; supported: ", kSupported));
@@ -150,7 +152,8 @@ uint64_t NpyArray::num_elements() const {
 }
 
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view file) {
-  if (file.size() < kMagicLen + 2 || file.substr(0, kMagicLen) != absl::string_view(kMagic, kMagicLen)) {
+  if (file.size() < kMagicLen + 2 ||
+      file.substr(0, kMagicLen) != absl::string_view(kMagic, kMagicLen)) {
     return Bad("missing the \\x93NUMPY magic");
   }
   const uint8_t major = static_cast<uint8_t>(file[6]);
@@ -158,7 +161,8 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view file) {
   size_t header_len = 0, prefix = 0;
   if (major == 1) {
     if (file.size() < 10) return Bad("truncated before the header length");
-    header_len = static_cast<uint8_t>(file[8]) | (static_cast<size_t>(static_cast<uint8_t>(file[9])) << 8);
+    header_len =
+        static_cast<uint8_t>(file[8]) | (static_cast<size_t>(static_cast<uint8_t>(file[9])) << 8);
     prefix = 10;
   } else if (major == 2 || major == 3) {
     if (file.size() < 12) return Bad("truncated before the header length");
@@ -222,9 +226,9 @@ absl::StatusOr<std::string> SerializeNpy(const NpyArray& array) {
   absl::StatusOr<size_t> itemsize = NpyItemSize(array.descr);
   if (!itemsize.ok()) return itemsize.status();
   if (array.num_elements() * *itemsize != array.data.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "npy data has ", array.data.size(), " bytes, shape needs ",
-        array.num_elements() * *itemsize));
+    return absl::InvalidArgumentError(absl::StrCat("npy data has ", array.data.size(),
+                                                   " bytes, shape needs ",
+                                                   array.num_elements() * *itemsize));
   }
   std::string shape = absl::StrJoin(array.shape, ", ");
   if (array.shape.size() == 1) shape += ",";

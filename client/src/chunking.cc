@@ -25,9 +25,8 @@ BlockAssembler::BlockAssembler(size_t num_blocks) : slots_(num_blocks) {}
 
 absl::Status BlockAssembler::AddMissing(uint32_t index) {
   if (index >= slots_.size()) {
-    return absl::DataLossError(
-        absl::StrCat("GetBlocks response for index ", index, " but ", slots_.size(),
-                     " blocks were requested"));
+    return absl::DataLossError(absl::StrCat("GetBlocks response for index ", index, " but ",
+                                            slots_.size(), " blocks were requested"));
   }
   Slot& s = slots_[index];
   if (s.state != State::kPending) {
@@ -41,9 +40,8 @@ absl::Status BlockAssembler::AddMissing(uint32_t index) {
 absl::Status BlockAssembler::Check(uint32_t index, uint64_t block_bytes, uint64_t offset,
                                    uint64_t size) {
   if (index >= slots_.size()) {
-    return absl::DataLossError(
-        absl::StrCat("GetBlocks response for index ", index, " but ", slots_.size(),
-                     " blocks were requested"));
+    return absl::DataLossError(absl::StrCat("GetBlocks response for index ", index, " but ",
+                                            slots_.size(), " blocks were requested"));
   }
   Slot& s = slots_[index];
   switch (s.state) {
@@ -55,8 +53,8 @@ absl::Status BlockAssembler::Check(uint32_t index, uint64_t block_bytes, uint64_
           absl::StrCat("GetBlocks sent more data for block ", index, " after it was complete"));
     case State::kPending:
       if (offset != 0) {
-        return absl::DataLossError(absl::StrCat("GetBlocks block ", index,
-                                                " starts at offset ", offset, ", expected 0"));
+        return absl::DataLossError(
+            absl::StrCat("GetBlocks block ", index, " starts at offset ", offset, ", expected 0"));
       }
       break;
     case State::kPartial:
@@ -72,8 +70,7 @@ absl::Status BlockAssembler::Check(uint32_t index, uint64_t block_bytes, uint64_
   }
   if (offset + size > block_bytes || offset + size < offset) {
     return absl::DataLossError(absl::StrCat("GetBlocks block ", index, " chunk [", offset, ", ",
-                                            offset + size, ") exceeds block_bytes ",
-                                            block_bytes));
+                                            offset + size, ") exceeds block_bytes ", block_bytes));
   }
   return absl::OkStatus();
 }

@@ -112,8 +112,7 @@ struct Client::Impl {
   std::unique_ptr<v1::TurboKV::Stub> stub;
 
   absl::Time Deadline(const CallOptions& call) const {
-    return absl::Now() +
-           (call.timeout > absl::ZeroDuration() ? call.timeout : options.timeout);
+    return absl::Now() + (call.timeout > absl::ZeroDuration() ? call.timeout : options.timeout);
   }
 
   // Runs `attempt(context)` until it returns anything but UNAVAILABLE, attempts run out, or
@@ -145,7 +144,7 @@ Client::~Client() = default;
 const ClientOptions& Client::options() const { return impl_->options; }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
-                                                         const ClientOptions& options) {
+                                                        const ClientOptions& options) {
   if (target.empty()) return absl::InvalidArgumentError("empty server target");
   TURBOKV_RETURN_IF_ERROR(options.Validate());
   grpc::ChannelArguments args;
@@ -182,8 +181,8 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
     absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
     const CallOptions& call) const {
   if (hashes.size() != blocks.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("PutBlocks got ", hashes.size(),
-                                                   " hashes but ", blocks.size(), " blocks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PutBlocks got ", hashes.size(), " hashes but ", blocks.size(), " blocks"));
   }
   if (blocks.empty()) return std::vector<BlockPutResult>{};
   v1::PutBlocksResponse resp;
@@ -231,8 +230,7 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
 
 absl::StatusOr<LookupResult> Client::Lookup(uint64_t namespace_id,
                                             absl::Span<const std::string> hashes,
-                                            uint32_t lease_seconds,
-                                            const CallOptions& call) const {
+                                            uint32_t lease_seconds, const CallOptions& call) const {
   v1::LookupRequest req;
   req.set_namespace_id(namespace_id);
   for (const std::string& h : hashes) req.add_block_hashes(h);
@@ -276,8 +274,8 @@ absl::StatusOr<GetBlocksResult> Client::GetBlocks(uint64_t namespace_id,
       }
       if (resp.encoding() != static_cast<v1::Encoding>(get.encoding)) {
         stream_error = absl::DataLossError(
-            absl::StrCat("GetBlocks block ", resp.index(), " came in encoding ",
-                         resp.encoding(), ", requested ", static_cast<int>(get.encoding)));
+            absl::StrCat("GetBlocks block ", resp.index(), " came in encoding ", resp.encoding(),
+                         ", requested ", static_cast<int>(get.encoding)));
         break;
       }
       if (get.encoding == Encoding::kRaw) {

@@ -21,8 +21,7 @@ SectionCodec FromProto(const turbokv::v1::SectionCodec& in) {
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 void ToProto(const NamespaceDescriptor& in, turbokv::v1::NamespaceDescriptor* out) {

@@ -52,8 +52,7 @@ std::string PrefixHasher::RootHash() const {
   return Sha256({absl::string_view(le, 8)});
 }
 
-std::string PrefixHasher::NextHash(absl::string_view prev,
-                                   absl::Span<const uint32_t> block) const {
+std::string PrefixHasher::NextHash(absl::string_view prev, absl::Span<const uint32_t> block) const {
   return Sha256({prev, TokensLe(block), extra_key_});
 }
 
@@ -75,8 +74,8 @@ absl::StatusOr<std::vector<std::string>> PrefixHasher::BlockHashes(
   return out;
 }
 
-absl::StatusOr<std::vector<std::string>> PrefixHasher::BlockHashes(
-    absl::Span<const int32_t> tokens, int block_tokens) const {
+absl::StatusOr<std::vector<std::string>> PrefixHasher::BlockHashes(absl::Span<const int32_t> tokens,
+                                                                   int block_tokens) const {
   std::vector<uint32_t> u(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) u[i] = static_cast<uint32_t>(tokens[i]);
   return BlockHashes(absl::MakeConstSpan(u), block_tokens);

@@ -81,9 +81,12 @@ std::optional<Kv> FixtureKv(const std::string& name) {
   absl::StatusOr<NpyArray> kv = cli::ReadNpy(dir + name + "_kv_64_fp16.npy");
   absl::StatusOr<NpyArray> tok = cli::ReadNpy(dir + name + "_tokens_64.npy");
   if (!kv.ok() || !tok.ok() || kv->descr != "<f2" || tok->descr != "<i4") return std::nullopt;
-  Kv out{static_cast<uint32_t>(kv->shape[0]), static_cast<uint32_t>(kv->shape[2]),
-         static_cast<uint32_t>(kv->shape[3]), static_cast<uint32_t>(kv->shape[4]),
-         std::move(kv->data), {}};
+  Kv out{static_cast<uint32_t>(kv->shape[0]),
+         static_cast<uint32_t>(kv->shape[2]),
+         static_cast<uint32_t>(kv->shape[3]),
+         static_cast<uint32_t>(kv->shape[4]),
+         std::move(kv->data),
+         {}};
   for (size_t i = 0; i < tok->shape[0]; ++i) {
     int32_t v;
     std::memcpy(&v, tok->data.data() + 4 * i, 4);
@@ -119,8 +122,7 @@ class ClientServerTest : public ::testing::Test {
   }
 
   std::vector<std::string> Blocks(const Kv& kv, uint32_t bt) {
-    auto b = cli::SplitBlocks(kv.data, KvShape{kv.layers, kv.tokens, kv.heads, kv.head_dim, 2},
-                              bt);
+    auto b = cli::SplitBlocks(kv.data, KvShape{kv.layers, kv.tokens, kv.heads, kv.head_dim, 2}, bt);
     EXPECT_TRUE(b.ok()) << b.status();
     return b.ok() ? *b : std::vector<std::string>{};
   }
@@ -157,9 +159,9 @@ class ClientServerTest : public ::testing::Test {
 // g * MSE per coordinate (DESIGN.md section 3), b = 1..4.
 double Theory(uint32_t g, uint32_t b) {
   static const std::map<uint32_t, std::array<double, 4>> kTable = {
-      {8, {0.3224, 0.09477, 0.02606, 0.006870}},   {16, {0.3432, 0.1058, 0.03008, 0.008094}},
-      {32, {0.3534, 0.1116, 0.03226, 0.008774}},   {64, {0.3584, 0.1145, 0.03339, 0.009132}},
-      {128, {0.3609, 0.1160, 0.03397, 0.009315}},  {256, {0.3621, 0.1167, 0.03426, 0.009408}}};
+      {8, {0.3224, 0.09477, 0.02606, 0.006870}},  {16, {0.3432, 0.1058, 0.03008, 0.008094}},
+      {32, {0.3534, 0.1116, 0.03226, 0.008774}},  {64, {0.3584, 0.1145, 0.03339, 0.009132}},
+      {128, {0.3609, 0.1160, 0.03397, 0.009315}}, {256, {0.3621, 0.1167, 0.03426, 0.009408}}};
   return kTable.at(g)[b - 1];
 }
 
@@ -203,8 +205,7 @@ TEST_F(ClientServerTest, RegisterIsIdempotentAndValidates) {
   bad.num_kv_heads = 2;
   bad.head_dim = 0;
   bad.block_tokens = 16;
-  EXPECT_EQ(client_->RegisterNamespace(bad).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->RegisterNamespace(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(ClientServerTest, RawPresetIsBitExact) {
@@ -267,18 +268,18 @@ TEST_P(PresetTest, RoundTripsWithinTheory) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Presets, PresetTest,
-    ::testing::Combine(::testing::Values("k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32",
-                                         "k3v2-g32-qjl", "raw"),
-                       ::testing::Values("synthetic", "smollm2", "stories260k")),
-    [](const auto& info) {
-      std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-      for (char& c : n) {
-        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-      }
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Presets, PresetTest,
+                         ::testing::Combine(::testing::Values("k8v4", "k4v4-g32", "k4v3-g32",
+                                                              "k3v3-g32", "k3v2-g32-qjl", "raw"),
+                                            ::testing::Values("synthetic", "smollm2",
+                                                              "stories260k")),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (char& c : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
 
 TEST_F(ClientServerTest, LookupIsAnExactLeadingMatch) {
   std::optional<Kv> kv = FixtureKv("smollm2");

@@ -44,8 +44,8 @@ class TestServer {
   absl::Status Start() {
     const std::string bin = BinaryPath();
     if (access(bin.c_str(), X_OK) != 0) {
-      return absl::NotFoundError(absl::StrCat("turbokv-server binary not found at ", bin,
-                                              " (set TURBOKV_SERVER_BIN)"));
+      return absl::NotFoundError(
+          absl::StrCat("turbokv-server binary not found at ", bin, " (set TURBOKV_SERVER_BIN)"));
     }
     if (dir_.empty()) {
       std::string tmpl = (std::filesystem::temp_directory_path() / "turbokv-client-XXXXXX");
@@ -55,11 +55,11 @@ class TestServer {
     const std::string port_file = absl::StrCat(dir_, "/port-", ++starts_);
     const std::string data_dir = dir_ + "/data";
     const std::string log = dir_ + "/server.log";
-    std::vector<std::string> args = {bin,         "--listen",         "127.0.0.1:0",
-                                     "--port-file", port_file,        "--data-dir",
-                                     data_dir,    "--metrics-listen", "",
-                                     "--codec-threads", "2",          "--log-level",
-                                     "warn"};
+    std::vector<std::string> args = {
+        bin,       "--listen",        "127.0.0.1:0", "--port-file",
+        port_file, "--data-dir",      data_dir,      "--metrics-listen",
+        "",        "--codec-threads", "2",           "--log-level",
+        "warn"};
     pid_ = fork();
     if (pid_ < 0) return absl::InternalError("fork failed");
     if (pid_ == 0) {
@@ -79,8 +79,8 @@ class TestServer {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        return absl::InternalError(absl::StrCat("turbokv-server exited during start-up; see ",
-                                                log));
+        return absl::InternalError(
+            absl::StrCat("turbokv-server exited during start-up; see ", log));
       }
       std::ifstream in(port_file);
       int port = 0;

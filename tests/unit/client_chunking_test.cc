@@ -1,15 +1,14 @@
 // Chunk splitting for PutBlocks and reassembly of GetBlocks streams.
-#include "chunking.h"
-
 #include <gtest/gtest.h>
+
+#include "chunking.h"
 
 namespace turbokv::client::internal {
 namespace {
 
 TEST(SplitIntoChunksTest, ExactAndRemainder) {
   const uint64_t mib = 1 << 20;
-  EXPECT_EQ(SplitIntoChunks(2 * mib, mib),
-            (std::vector<ChunkRange>{{0, mib}, {mib, mib}}));
+  EXPECT_EQ(SplitIntoChunks(2 * mib, mib), (std::vector<ChunkRange>{{0, mib}, {mib, mib}}));
   EXPECT_EQ(SplitIntoChunks(2 * mib + 5, mib),
             (std::vector<ChunkRange>{{0, mib}, {mib, mib}, {2 * mib, 5}}));
   EXPECT_EQ(SplitIntoChunks(10, mib), (std::vector<ChunkRange>{{0, 10}}));

@@ -1,11 +1,10 @@
 // Splitting a sequence KV tensor into raw blocks and joining them back; the CLI's JSON output.
-#include "kv_layout.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "json_writer.h"
+#include "kv_layout.h"
 
 namespace turbokv::cli {
 namespace {

@@ -1,9 +1,9 @@
 // The CLI's .npy reader/writer: round trips, files written by numpy, and clear rejections.
-#include "npy.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
+
+#include "npy.h"
 
 namespace turbokv::cli {
 namespace {
@@ -108,25 +108,24 @@ void ExpectRejected(const std::string& file, absl::string_view needle) {
 
 TEST(NpyTest, RejectsWithClearErrors) {
   ExpectRejected("not an npy file", "magic");
-  ExpectRejected(Header("{'descr': '<f2', 'fortran_order': True, 'shape': (2,), }") +
-                     std::string(4, '\0'),
-                 "Fortran");
-  ExpectRejected(Header("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }") +
-                     std::string(4, '\0'),
-                 "big-endian");
-  ExpectRejected(Header("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }") +
-                     std::string(8, '\0'),
-                 "unsupported .npy dtype '<c8'");
-  ExpectRejected(Header("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }") +
-                     std::string(6, '\0'),
-                 "needs 8 data bytes, file has 6");
-  ExpectRejected(Header("{'descr': '<f2', 'fortran_order': False, 'shape': (1,), }") +
-                     std::string(4, '\0'),
-                 "needs 2 data bytes, file has 4");
+  ExpectRejected(
+      Header("{'descr': '<f2', 'fortran_order': True, 'shape': (2,), }") + std::string(4, '\0'),
+      "Fortran");
+  ExpectRejected(
+      Header("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }") + std::string(4, '\0'),
+      "big-endian");
+  ExpectRejected(
+      Header("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }") + std::string(8, '\0'),
+      "unsupported .npy dtype '<c8'");
+  ExpectRejected(
+      Header("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }") + std::string(6, '\0'),
+      "needs 8 data bytes, file has 6");
+  ExpectRejected(
+      Header("{'descr': '<f2', 'fortran_order': False, 'shape': (1,), }") + std::string(4, '\0'),
+      "needs 2 data bytes, file has 4");
   ExpectRejected(Header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }"),
                  "structured");
-  ExpectRejected(Header("{'descr': '<f2', 'shape': (1,), }") + std::string(2, '\0'),
-                 "lacks");
+  ExpectRejected(Header("{'descr': '<f2', 'shape': (1,), }") + std::string(2, '\0'), "lacks");
   ExpectRejected(Header("{'descr': '<f2', 'fortran_order': False, 'shape': (-1,), }"), "shape");
   std::string v9 = Header("{'descr': '<f2', 'fortran_order': False, 'shape': (1,), }");
   v9[6] = 9;

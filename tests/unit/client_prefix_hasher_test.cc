@@ -1,7 +1,5 @@
 // PrefixHasher against the shared test vectors (client/python/turbokv/hash_vectors.json, also
 // checked by tests/python/test_client_hasher.py) and its edge cases.
-#include "turbokv/client/prefix_hasher.h"
-
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
@@ -11,6 +9,7 @@
 
 #include "absl/strings/escaping.h"
 #include "turbokv/client/client.h"
+#include "turbokv/client/prefix_hasher.h"
 
 namespace turbokv::client {
 namespace {
@@ -40,8 +39,8 @@ TEST(PrefixHasherTest, MatchesSharedVectors) {
     for (const auto& t : f.at("tokens").list_value().values()) {
       tokens.push_back(static_cast<uint32_t>(t.number_value()));
     }
-    absl::StatusOr<std::vector<std::string>> hashes = hasher.BlockHashes(
-        tokens, static_cast<int>(f.at("block_tokens").number_value()));
+    absl::StatusOr<std::vector<std::string>> hashes =
+        hasher.BlockHashes(tokens, static_cast<int>(f.at("block_tokens").number_value()));
     ASSERT_TRUE(hashes.ok()) << hashes.status();
     const auto& want = f.at("block_hashes").list_value().values();
     ASSERT_EQ(hashes->size(), static_cast<size_t>(want.size()));
@@ -94,8 +93,7 @@ TEST(PrefixHasherTest, Int32TokensReinterpretAsUint32) {
 
 TEST(PrefixHasherTest, RejectsBadBlockTokens) {
   std::vector<uint32_t> t = {1};
-  EXPECT_EQ(PrefixHasher(0).BlockHashes(t, 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrefixHasher(0).BlockHashes(t, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(NamespaceIdTest, FormatAndParse) {
@@ -143,8 +141,7 @@ TEST(ClientTest, MismatchedPutArgumentsFailLocally) {
   ASSERT_TRUE(c.ok());
   std::vector<std::string> hashes = {std::string(32, 'a')};
   std::vector<absl::Span<const uint8_t>> blocks;
-  EXPECT_EQ((*c)->PutBlocks(1, hashes, blocks).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->PutBlocks(1, hashes, blocks).status().code(), absl::StatusCode::kInvalidArgument);
   auto empty = (*c)->PutBlocks(1, {}, {});
   ASSERT_TRUE(empty.ok());
   EXPECT_TRUE(empty->empty());

@@ -74,13 +74,13 @@ struct SectionCodec {
 
 // Codec of a namespace (turbokv.v1.CodecConfig): a preset name, or explicit sections.
 struct CodecConfig {
-  std::string preset;                   // "k4v4-g32", "raw", ... Default: "" (server default)
-  std::optional<SectionCodec> key;      // when both key and value are set, preset is ignored
+  std::string preset;               // "k4v4-g32", "raw", ... Default: "" (server default)
+  std::optional<SectionCodec> key;  // when both key and value are set, preset is ignored
   std::optional<SectionCodec> value;
-  uint32_t protected_first_layers = 0;  // Default: 0
-  uint32_t protected_last_layers = 0;   // Default: 0
-  uint32_t protected_bits = 0;          // 8 or 16; Default: 0 (= 8)
-  bool disable_norm_correction = false;  // Default: false
+  uint32_t protected_first_layers = 0;    // Default: 0
+  uint32_t protected_last_layers = 0;     // Default: 0
+  uint32_t protected_bits = 0;            // 8 or 16; Default: 0 (= 8)
+  bool disable_norm_correction = false;   // Default: false
   std::optional<uint64_t> rotation_seed;  // Default: unset (codec default)
   std::optional<uint64_t> qjl_seed;       // Default: unset (codec default)
 };
@@ -93,12 +93,12 @@ struct NamespaceDescriptor {
   uint32_t num_layers = 0;
   uint32_t num_kv_heads = 0;
   uint32_t head_dim = 0;
-  uint32_t block_tokens = 0;   // tokens per block
+  uint32_t block_tokens = 0;  // tokens per block
   uint32_t tp_rank = 0;
-  uint32_t tp_size = 0;        // 0 and 1 both mean unsharded
-  std::string cache_salt;      // tenant / cache salt
+  uint32_t tp_size = 0;    // 0 and 1 both mean unsharded
+  std::string cache_salt;  // tenant / cache salt
   CodecConfig codec;
-  uint32_t ttl_seconds = 0;    // 0 = never expire
+  uint32_t ttl_seconds = 0;  // 0 = never expire
 
   // num_layers * 2 * block_tokens * num_kv_heads * head_dim.
   uint64_t values_per_block() const;
@@ -108,12 +108,12 @@ struct NamespaceDescriptor {
 
 // Result of RegisterNamespace.
 struct NamespaceInfo {
-  uint64_t namespace_id = 0;         // stable across restarts, servers and client languages
-  bool created = false;              // false when it already existed
-  NamespaceDescriptor descriptor;    // canonical form (codec resolved to explicit sections)
-  uint64_t raw_block_bytes = 0;      // bytes of one raw block in the namespace dtype
-  uint64_t packed_block_bytes = 0;   // bytes of one packed block
-  double bits_per_value = 0;         // packed_block_bytes * 8 / values per block
+  uint64_t namespace_id = 0;        // stable across restarts, servers and client languages
+  bool created = false;             // false when it already existed
+  NamespaceDescriptor descriptor;   // canonical form (codec resolved to explicit sections)
+  uint64_t raw_block_bytes = 0;     // bytes of one raw block in the namespace dtype
+  uint64_t packed_block_bytes = 0;  // bytes of one packed block
+  double bits_per_value = 0;        // packed_block_bytes * 8 / values per block
 };
 
 // Outcome of one block of PutBlocks.
