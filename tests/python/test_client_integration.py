@@ -417,3 +417,24 @@ def test_server_restart_keeps_blocks_and_id(turbokv_server):
     after = c.get_blocks(info.namespace_id, chain)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(before, after))
     c.close()
+
+
+def test_bf16_namespace_lossy_round_trip(turbokv_client):
+    """bf16 travels as uint16 bit patterns both ways; quality matches the fp16 path."""
+    from turbokv import PrefixHasher
+    c = turbokv_client
+    kv, tokens = _fixture("smollm2")
+    bits = (kv.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)  # truncate to bf16
+    info = _register(c, bits, 16, "k4v4-g32", dtype="bf16")
+    chain = PrefixHasher(info.namespace_id).block_hashes(tokens, 16)
+    blocks = _blocks(bits, 16)
+    _put_ok(c, info.namespace_id, chain, list(blocks))  # a list of [L][2][T][H][D] arrays
+    got = np.stack(c.get_blocks(info.namespace_id, chain))
+    assert got.dtype == np.uint16 and got.shape == blocks.shape
+
+    def f32(b):
+        return (b.astype(np.uint32) << 16).view(np.float32)
+
+    for idx in (0, 1):
+        mse = _rel_mse(f32(blocks[:, :, idx]), f32(got[:, :, idx]))
+        assert 0.6 * THEORY[32][3] <= mse <= 1.12 * THEORY[32][3] + 2e-4, mse
