@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   }
   spdlog::info(
       "turbokv-server serving gRPC on {} (port {}), metrics {}, data dir {}, capacity {} "
-      "(watermarks {:.2f}/{:.2f}), durability {}, codec backend {}, {} codec threads, default "
+      "(watermarks {:.2f}/{:.2f}), durability {}, codec backend {} ({}), {} codec threads, default "
       "preset {}; recovered {} namespaces and {} blocks",
       options.listen_address, (*server)->port(),
       (*server)->metrics_port() == 0
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
           : options.metrics.listen_address + " (port " + std::to_string((*server)->metrics_port()) + ")",
       options.storage.data_dir, turbokv::server::FormatByteSize(options.storage.capacity_bytes),
       options.storage.low_watermark, options.storage.high_watermark, durability,
-      (*server)->codec_backend(),
+      (*server)->codec_backend(), (*server)->codec_backend_detail(),
       options.codec.threads == 0 ? std::string("auto") : std::to_string(options.codec.threads),
       options.codec.default_preset, (*server)->recovered_namespaces(),
       (*server)->recovered_blocks());

@@ -99,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 }
 
 const std::string& Server::codec_backend() const { return context_->backend.name; }
+const std::string& Server::codec_backend_detail() const { return context_->backend.detail; }
 
 void Server::RefreshLoop() {
   std::unique_lock<std::mutex> l(refresh_mu_);

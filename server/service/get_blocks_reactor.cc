@@ -115,7 +115,35 @@ void GetBlocksReactor::Fetch() {
   if (!values.ok()) {
     error = values.status();
   } else {
-    std::string decoded;
+    // RAW: decode every found block of the batch at once (one launch on the GPU backend).
+    std::vector<std::string> decoded(count);
+    if (encoding_ == v1::ENCODING_RAW) {
+      std::vector<size_t> which;
+      std::vector<absl::Span<const uint8_t>> packeds;
+      std::vector<absl::Span<uint8_t>> outs;
+      for (size_t j = 0; j < count; ++j) {
+        const std::optional<std::string>& value = (*values)[j];
+        if (!value.has_value()) continue;
+        decoded[j].resize(decoded_bytes_);
+        which.push_back(j);
+        packeds.emplace_back(reinterpret_cast<const uint8_t*>(value->data()), value->size());
+        outs.emplace_back(reinterpret_cast<uint8_t*>(decoded[j].data()), decoded[j].size());
+      }
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<absl::Status> statuses =
+          DecodeBlocks(ctx_->backend, ns_->codec, packeds, out_dtype_, range_, outs);
+      ctx_->metrics->RecordCodec(
+          CodecOp::kDecode,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+          which.size() * decoded_bytes_);
+      for (size_t k = 0; k < which.size() && error.ok(); ++k) {
+        if (!statuses[k].ok()) {
+          error = absl::InternalError(absl::StrCat("block ", begin + which[k],
+                                                   " passed its checksum but does not decode: ",
+                                                   std::string(statuses[k].message())));
+        }
+      }
+    }
     for (size_t j = 0; j < count && error.ok(); ++j) {
       const auto index = static_cast<uint32_t>(begin + j);
       const std::string& hash = request_->block_hashes(index);
@@ -131,26 +159,11 @@ void GetBlocksReactor::Fetch() {
       ++found;
       if (encoding_ == v1::ENCODING_PACKED) {
         AppendChunks(index, hash, encoding_, v1::DTYPE_UNSPECIFIED, *value, &messages);
-        continue;
+      } else {
+        AppendChunks(index, hash, encoding_, static_cast<v1::DType>(out_dtype_), decoded[j],
+                     &messages);
+        std::string().swap(decoded[j]);
       }
-      decoded.resize(decoded_bytes_);
-      const auto start = std::chrono::steady_clock::now();
-      absl::Status s = ns_->codec.Decode(
-          absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(value->data()), value->size()),
-          out_dtype_, range_,
-          absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(decoded.data()), decoded.size()),
-          ctx_->backend.cpu_isa);
-      ctx_->metrics->RecordCodec(
-          CodecOp::kDecode,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-          decoded.size());
-      if (!s.ok()) {
-        error = absl::InternalError(absl::StrCat("block ", index,
-                                                 " passed its checksum but does not decode: ",
-                                                 s.message()));
-        break;
-      }
-      AppendChunks(index, hash, encoding_, static_cast<v1::DType>(out_dtype_), decoded, &messages);
     }
   }
   ctx_->metrics->RecordGetBlocks(found, count - found);
