@@ -9,7 +9,9 @@
 // end unless --keep.
 //
 // Reported (per direction): blocks/s, logical GB/s (raw bytes in the namespace dtype),
-// stored GB/s (packed bytes the server stored / read), latency percentiles per call.
+// stored GB/s (packed bytes the server stored / read), latency percentiles per call. Puts and
+// gets alternate in every worker, so each direction's rate is its share of the mixed load over
+// the whole run; total_*_gb_per_s is their sum.
 #include <unistd.h>
 
 #include <algorithm>
@@ -322,6 +324,10 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
            human(put_lat, totals.put_blocks, totals.put_logical, totals.put_stored))
       .Add("get", side(get_lat, totals.get_blocks, totals.get_logical, totals.get_stored),
            human(get_lat, totals.get_blocks, totals.get_logical, totals.get_stored))
+      .Add("total_logical_gb_per_s",
+           (totals.put_logical.load() + totals.get_logical.load()) / elapsed / 1e9)
+      .Add("total_stored_gb_per_s",
+           (totals.put_stored.load() + totals.get_stored.load()) / elapsed / 1e9)
       .Add("get_missing_blocks", totals.get_missing.load())
       .Add("put_failed_blocks", totals.put_failed.load())
       .Add("dropped_blocks", dropped);
