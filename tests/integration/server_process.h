@@ -104,6 +104,20 @@ class ServerProcess {
     return status;
   }
 
+  // Sends `sig` without waiting.
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  // Waits for the process to exit (after Signal). Returns the raw wait status.
+  int Wait() {
+    if (pid_ <= 0) return exit_status_;
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    exit_status_ = status;
+    return status;
+  }
+
   // Waits for a process that exits by itself (e.g. a failed start). Raw wait status.
   int exit_status() const { return exit_status_; }
 

@@ -593,6 +593,39 @@ TEST(ServerRpcTest, RestartKeepsDataAndSigtermExitsZero) {
   EXPECT_EQ(server.Stop(SIGINT), 0);
 }
 
+TEST(ServerRpcTest, SigtermLetsAnInFlightPutStreamFinish) {
+  ServerProcess server;
+  ASSERT_TRUE(server.Start()) << server.Log();
+  std::mt19937_64 rng(6);
+  v1::RegisterNamespaceResponse reg = Register(server.stub(), SmallDescriptor());
+  std::vector<PutBlock> blocks;
+  for (int i = 0; i < 8; ++i) {
+    blocks.push_back({Hash(i), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)});
+  }
+  std::vector<v1::PutBlocksRequest> msgs = Chunks(reg.namespace_id(), blocks);
+  grpc::ClientContext ctx;
+  v1::PutBlocksResponse resp;
+  auto writer = server.stub().PutBlocks(&ctx, &resp);
+  for (size_t i = 0; i < msgs.size() / 2; ++i) ASSERT_TRUE(writer->Write(msgs[i]));
+  server.Signal(SIGTERM);  // shutdown begins while the stream is open
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (size_t i = msgs.size() / 2; i < msgs.size(); ++i) ASSERT_TRUE(writer->Write(msgs[i]));
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  ASSERT_EQ(resp.results_size(), 8);
+  for (const auto& r : resp.results()) EXPECT_EQ(r.code(), 0) << r.message();
+  const int status = server.Wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << server.Log();
+
+  ASSERT_TRUE(server.Start()) << server.Log();
+  std::vector<std::string> hashes;
+  for (const auto& b : blocks) hashes.push_back(b.hash);
+  EXPECT_EQ(Matched(server.stub(), reg.namespace_id(), hashes), 8u);
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
 TEST(ServerRpcTest, Kill9DuringPutLoadLosesNoAcknowledgedBlock) {
   ServerProcess server({"--durability", "wal"});
   ASSERT_TRUE(server.Start()) << server.Log();
