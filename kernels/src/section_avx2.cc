@@ -132,9 +132,11 @@ inline void FwhtStageA(__m256 v[8]) {
 // FWHT stages h = 8 .. g/2: they pair coordinates of the same column (j mod 8), so each of the
 // 8 columns is transformed on its own, in registers. Together with stage A this is exactly
 // FwhtInPlace: every butterfly sees the same operands.
-inline void FwhtStageB(__m256* x, int g) {
+// `then(j, z)` maps each finished coordinate before it is stored (elementwise, so fusing it
+// here changes no result).
+template <typename Then>
+inline void FwhtStageB(__m256* x, int g, Then then) {
   const int tiles = g / 8;
-  if (tiles == 1) return;
   for (int c = 0; c < 8; ++c) {
     __m256 r[kMaxGroupSize / 8];
     for (int t = 0; t < tiles; ++t) r[t] = x[t * 8 + c];
@@ -143,8 +145,12 @@ inline void FwhtStageB(__m256* x, int g) {
         for (int j = i; j < i + h; ++j) Butterfly(r[j], r[j + h]);
       }
     }
-    for (int t = 0; t < tiles; ++t) x[t * 8 + c] = r[t];
+    for (int t = 0; t < tiles; ++t) x[t * 8 + c] = then(t * 8 + c, r[t]);
   }
+}
+
+inline void FwhtStageB(__m256* x, int g) {
+  if (g > 8) FwhtStageB(x, g, [](int, __m256 z) { return z; });
 }
 
 // Per-section tables: codebook in registers and sign masks per lane phase.
@@ -382,12 +388,13 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
       FwhtStageA(tile);
       for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
     }
-    FwhtStageB(x, g);
+    // Remaining FWHT stages, then x_j = ±(z_j · m), column by column while in registers.
     const __m256 m = _mm256_mul_ps(
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + lay.scales + 2 * i))), hs);
+    FwhtStageB(x, g, [&](int j, __m256 z) { return ApplySign(_mm256_mul_ps(z, m), signs.For(i, j)); });
     for (int jc = 0; jc < g; jc += kLanes) {
       __m256 tile[kLanes];
-      for (int c = 0; c < kLanes; ++c) tile[c] = ApplySign(_mm256_mul_ps(x[jc + c], m), signs.For(i, jc + c));
+      for (int c = 0; c < kLanes; ++c) tile[c] = x[jc + c];
       Transpose8x8(tile);
       for (int l = 0; l < kLanes; ++l) StoreRow(out, out_dtype, (i + l) * g + jc, tile[l]);
     }
