@@ -17,6 +17,7 @@ _LAZY = {
     "LookupResult": ("turbokv.client", "LookupResult"),
     "TurboKVError": ("turbokv.errors", "TurboKVError"),
     "PrefixHasher": ("turbokv.hasher", "PrefixHasher"),
+    "ShardedClient": ("turbokv.sharded_client", "ShardedClient"),
 }
 
 __all__ = sorted(_LAZY)

@@ -1,0 +1,448 @@
+"""A client of many turbokv servers: rendezvous placement, fan-out, replication.
+
+    from turbokv import ShardedClient
+    c = ShardedClient("10.0.0.1:50051,10.0.0.2:50051", replicas=2)
+    c = ShardedClient("dns:///turbokv.default.svc.cluster.local:50051")
+
+Placement (sharding.py): block hash -> the first ``replicas`` nodes of its rendezvous rank.
+Batched calls are split per node and run concurrently; the answers are merged in request
+order:
+
+* ``put_*``: each block goes to all of its R nodes; its result is OK when at least one copy
+  was stored, else the first owner's error (UNAVAILABLE when that node is down).
+* ``get_*``: each block is read from its owners in rank order; the first that has it wins
+  (blocks are named by their prefix hash, so every copy is the same block).
+* ``lookup``: each node is asked about the chain hashes it owns (in chain order) and answers
+  with its leading match; the chain matches up to the first block that none of its owners has.
+  With R >= 2 a node's first miss does not end the chain, so owners whose answer is still
+  unknown at the first unresolved block are asked again from there (one more round per such
+  block; R = 1 always takes one round).
+* ``register_namespace`` registers on every node; a node that later answers NOT_FOUND (a new
+  pod, a wiped volume) gets the namespace registered again, then the call is retried once.
+
+Failures: a node that fails with UNAVAILABLE or DEADLINE_EXCEEDED is marked down for
+``node_down_seconds`` (skipped meanwhile) and costs misses: lookups and gets of its blocks miss
+(nothing, with R >= 2 and a live replica), puts of blocks with no live owner return per-block
+UNAVAILABLE. The caller gets an error only when *no* node could answer (UNAVAILABLE), or for
+errors that are the caller's (INVALID_ARGUMENT, NOT_FOUND on every node, ...).
+
+DNS targets are re-resolved every ``dns_refresh_seconds`` (on the next call after that); a
+failed resolution keeps the previous node list.
+
+Thread safety: a ShardedClient may be shared by threads.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from . import sharding
+from .client import BlockResult, Client, LookupResult, NamespaceInfo
+from .errors import TurboKVError
+
+_NODE_FAILURES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# Reconnect quickly to a node that comes back (gRPC's default backoff grows to 120 s).
+_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100),
+                    ("grpc.min_reconnect_backoff_ms", 100),
+                    ("grpc.max_reconnect_backoff_ms", 1000)]
+
+
+class _NodeDown(Exception):
+    """A node could not answer (down, unreachable, or lacks the namespace)."""
+
+    def __init__(self, node: str, error: Optional[TurboKVError]):
+        super().__init__(node)
+        self.node = node
+        self.error = error
+
+
+class ShardedClient:
+    """Many turbokv servers as one store.
+
+    Args:
+      endpoints: ``"host:port,host:port"``, ``"dns:///name:port"`` (items may be mixed), or a
+        sequence of such items. See sharding.py for node identities.
+      replicas: copies of each block (R), >= 1; capped at the number of nodes. Default 1.
+      timeout: deadline of each per-node call in seconds. Default 30.
+      max_attempts: attempts per per-node call on UNAVAILABLE. Default 2 (a down node should
+        cost little; the other nodes still answer).
+      node_down_seconds: how long a failed node is skipped. Default 5.
+      dns_refresh_seconds: re-resolution period of DNS targets. Default 30.
+    Raises:
+      ValueError: bad endpoints or options. OSError: a DNS name does not resolve at start.
+    """
+
+    def __init__(self, endpoints, replicas: int = 1, timeout: float = 30.0,
+                 max_attempts: int = 2, node_down_seconds: float = 5.0,
+                 dns_refresh_seconds: float = 30.0):
+        self._endpoints = sharding.parse_endpoints(endpoints)
+        if int(replicas) < 1:
+            raise ValueError("replicas must be >= 1, got %r" % (replicas,))
+        self.replicas = int(replicas)
+        self.timeout = float(timeout)
+        self.max_attempts = int(max_attempts)
+        self.node_down_seconds = float(node_down_seconds)
+        self.dns_refresh_seconds = float(dns_refresh_seconds)
+        self._has_dns = any(ep.dns for ep in self._endpoints)
+        self._lock = threading.Lock()
+        self._clients: Dict[str, Client] = {}
+        self._down_until: Dict[str, float] = {}
+        self._namespaces: Dict[int, dict] = {}  # id -> register_namespace kwargs
+        self._block_tokens: Dict[int, int] = {}
+        self._nodes: List[str] = []
+        self._resolved_at = 0.0
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=16,
+                                                           thread_name_prefix="turbokv-shard")
+        self._set_nodes(sharding.resolve(self._endpoints))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for c in self._clients.values():
+                c.close()
+            self._clients.clear()
+
+    def __enter__(self) -> "ShardedClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- nodes -------------------------------------------------------------------------------
+    def _set_nodes(self, nodes: List[str]) -> None:
+        if not nodes:
+            raise OSError("the endpoints resolved to no addresses")
+        with self._lock:
+            self._nodes = list(nodes)
+            self._resolved_at = time.monotonic()
+            for n in nodes:
+                if n not in self._clients:
+                    self._clients[n] = Client(n, timeout=self.timeout,
+                                              max_attempts=self.max_attempts,
+                                              options=_CHANNEL_OPTIONS)
+            for n in [n for n in self._clients if n not in nodes]:
+                self._clients.pop(n).close()
+
+    def set_endpoints(self, endpoints) -> None:
+        """Replaces the endpoint list (same forms as the constructor), e.g. after scaling.
+        Clients of nodes that remain are kept; blocks move as rendezvous hashing says."""
+        eps = sharding.parse_endpoints(endpoints)
+        nodes = sharding.resolve(eps)
+        with self._lock:
+            self._endpoints = eps
+            self._has_dns = any(ep.dns for ep in eps)
+        self._set_nodes(nodes)
+
+    def nodes(self) -> List[str]:
+        """The current node ids (DNS targets re-resolved when due)."""
+        if self._has_dns and time.monotonic() - self._resolved_at >= self.dns_refresh_seconds:
+            try:
+                self._set_nodes(sharding.resolve(self._endpoints))
+            except OSError:
+                with self._lock:
+                    self._resolved_at = time.monotonic()  # keep the old list; retry later
+        with self._lock:
+            return list(self._nodes)
+
+    def owners(self, block_hash: bytes, nodes: Optional[Sequence[str]] = None) -> List[str]:
+        """The nodes that hold ``block_hash``, preferred first."""
+        return sharding.owners(self.nodes() if nodes is None else nodes, block_hash,
+                               self.replicas)
+
+    def mark_up(self, node: Optional[str] = None) -> None:
+        """Forgets that ``node`` (default: every node) failed, so the next call tries it."""
+        with self._lock:
+            if node is None:
+                self._down_until.clear()
+            else:
+                self._down_until.pop(node, None)
+
+    def _is_down(self, node: str) -> bool:
+        with self._lock:
+            return self._down_until.get(node, 0.0) > time.monotonic()
+
+    def _client(self, node: str) -> Client:
+        with self._lock:
+            return self._clients[node]
+
+    def _on_node(self, node: str, ns_id: Optional[int], fn: Callable[[Client], object]):
+        """fn(client of node); raises _NodeDown for a node that cannot answer."""
+        if self._is_down(node):
+            raise _NodeDown(node, None)
+        c = self._client(node)
+        for attempt in (0, 1):
+            try:
+                return fn(c)
+            except TurboKVError as e:
+                if e.code in _NODE_FAILURES:
+                    with self._lock:
+                        self._down_until[node] = time.monotonic() + self.node_down_seconds
+                    raise _NodeDown(node, e) from None
+                if e.code != grpc.StatusCode.NOT_FOUND or ns_id is None:
+                    raise
+                with self._lock:
+                    kwargs = self._namespaces.get(ns_id)
+                if kwargs is None or attempt == 1:
+                    raise _NodeDown(node, e) from None
+                try:
+                    c.register_namespace(**kwargs)
+                except TurboKVError as e2:
+                    raise _NodeDown(node, e2) from None
+
+    def _fan_out(self, ns_id, work: Dict[str, Callable[[Client], object]]):
+        """Runs work[node] on every node concurrently: node -> result or _NodeDown."""
+        futures = {n: self._pool.submit(self._on_node, n, ns_id, fn) for n, fn in work.items()}
+        out = {}
+        for n, f in futures.items():
+            try:
+                out[n] = f.result()
+            except _NodeDown as d:
+                out[n] = d
+        return out
+
+    @staticmethod
+    def _raise_if_none_answered(results: dict) -> None:
+        if not results or any(not isinstance(r, _NodeDown) for r in results.values()):
+            return
+        errors = [r.error for r in results.values() if r.error is not None]
+        not_found = [e for e in errors if e.code == grpc.StatusCode.NOT_FOUND]
+        if not_found and len(not_found) == len(errors):
+            raise not_found[0]
+        raise TurboKVError(grpc.StatusCode.UNAVAILABLE, "no turbokv node answered (%s)" %
+                           ", ".join("%s: %s" % (n, r.error or "down")
+                                     for n, r in sorted(results.items())))
+
+    # -- namespaces --------------------------------------------------------------------------
+    def register_namespace(self, model: str, num_layers: int, num_kv_heads: int, head_dim: int,
+                           block_tokens: int, dtype: str = "fp16", preset: str = "",
+                           model_revision: str = "", **kwargs) -> NamespaceInfo:
+        """Registers the namespace on every node (Client.register_namespace's arguments).
+        Returns the first node's answer; nodes that are down get it on first use."""
+        args = dict(model=model, num_layers=num_layers, num_kv_heads=num_kv_heads,
+                    head_dim=head_dim, block_tokens=block_tokens, dtype=dtype, preset=preset,
+                    model_revision=model_revision, **kwargs)
+        nodes = self.nodes()
+        results = self._fan_out(None, {n: (lambda c: c.register_namespace(**args))
+                                       for n in nodes})
+        self._raise_if_none_answered(results)
+        info = next(results[n] for n in nodes if not isinstance(results[n], _NodeDown))
+        stored = dict(args)
+        stored.pop("timeout", None)
+        with self._lock:
+            self._namespaces[info.namespace_id] = stored
+            self._block_tokens[info.namespace_id] = int(block_tokens)
+        return info
+
+    def drop_namespace(self, namespace_id: int) -> int:
+        """Drops the namespace on every node; returns the blocks deleted (all copies)."""
+        results = self._fan_out(None, {n: (lambda c: c.drop_namespace(namespace_id))
+                                       for n in self.nodes()})
+        self._raise_if_none_answered(results)
+        with self._lock:
+            self._namespaces.pop(namespace_id, None)
+        return sum(r for r in results.values() if not isinstance(r, _NodeDown))
+
+    # -- put ---------------------------------------------------------------------------------
+    def put_blocks(self, namespace_id: int, hashes: Sequence[bytes],
+                   blocks: Union[np.ndarray, Sequence[np.ndarray]]) -> List[BlockResult]:
+        """Client.put_blocks over the cluster (see the module docstring for the results)."""
+        blocks = list(blocks)
+        return self._put(namespace_id, hashes, blocks,
+                         lambda c, hs, bs: c.put_blocks(namespace_id, hs, bs))
+
+    def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
+                          blocks: Sequence[bytes]) -> List[BlockResult]:
+        """Client.put_packed_blocks over the cluster."""
+        return self._put(namespace_id, hashes, list(blocks),
+                         lambda c, hs, bs: c.put_packed_blocks(namespace_id, hs, bs))
+
+    def _put(self, ns_id, hashes, blocks, put) -> List[BlockResult]:
+        hashes = [bytes(h) for h in hashes]
+        if len(hashes) != len(blocks):
+            raise ValueError("%d hashes but %d blocks" % (len(hashes), len(blocks)))
+        if not hashes:
+            return []
+        nodes = self.nodes()
+        own = [self.owners(h, nodes) for h in hashes]
+        per_node: Dict[str, List[int]] = {}
+        for i, o in enumerate(own):
+            for n in o:
+                per_node.setdefault(n, []).append(i)
+        work = {n: (lambda c, idx=idx: put(c, [hashes[i] for i in idx], [blocks[i] for i in idx]))
+                for n, idx in per_node.items()}
+        results = self._fan_out(ns_id, work)
+        self._raise_if_none_answered(results)
+        by_node = {n: dict(zip(per_node[n], r)) for n, r in results.items()
+                   if not isinstance(r, _NodeDown)}
+        out = []
+        for i, o in enumerate(own):
+            got = [by_node[n][i] for n in o if n in by_node]
+            ok = [r for r in got if r.ok]
+            if ok:
+                out.append(ok[0])
+            elif got:
+                out.append(got[0])
+            else:
+                down = results[o[0]]
+                out.append(BlockResult(hashes[i], grpc.StatusCode.UNAVAILABLE,
+                                       "no owner of the block is reachable (%s: %s)"
+                                       % (o[0], down.error or "marked down"), 0))
+        return out
+
+    # -- lookup ------------------------------------------------------------------------------
+    def lookup(self, namespace_id: int, hashes: Sequence[bytes],
+               lease_seconds: int = 0) -> LookupResult:
+        """Leading match of the prefix chain across the cluster (module docstring)."""
+        hashes = [bytes(h) for h in hashes]
+        n = len(hashes)
+        nodes = self.nodes()
+        own = [self.owners(h, nodes) for h in hashes]
+        positions: Dict[str, List[int]] = {}
+        for i, o in enumerate(own):
+            for node in o:
+                positions.setdefault(node, []).append(i)
+        present: List[Dict[str, bool]] = [dict() for _ in range(n)]
+        cursor = {node: 0 for node in positions}
+        answered = [False]
+        tokens_per_block = [self._block_tokens.get(namespace_id)]
+
+        def ask(node):
+            ps = positions[node][cursor[node]:]
+            return self._on_node(node, namespace_id, lambda c: c.lookup(
+                namespace_id, [hashes[p] for p in ps], lease_seconds))
+
+        def run(round_nodes):
+            results = self._fan_out_fn(round_nodes, ask)
+            for node, r in results.items():
+                ps = positions[node][cursor[node]:]
+                if isinstance(r, _NodeDown):
+                    for p in ps:
+                        present[p][node] = False
+                    cursor[node] = len(positions[node])
+                    continue
+                answered[0] = True
+                m = r.matched_blocks
+                if m and r.matched_tokens:
+                    tokens_per_block[0] = r.matched_tokens // m
+                for p in ps[:m]:
+                    present[p][node] = True
+                if m < len(ps):
+                    present[ps[m]][node] = False
+                cursor[node] += m + 1
+            return results
+
+        first = run(list(positions))
+        if not answered[0] and first:
+            self._raise_if_none_answered(first)
+        g = 0
+        while g < n:
+            if any(present[g].get(node) for node in own[g]):
+                g += 1
+                continue
+            unknown = [node for node in own[g] if node not in present[g]]
+            if not unknown:
+                break
+            run(unknown)
+        bt = tokens_per_block[0] or 0
+        return LookupResult(g, g * bt)
+
+    def _fan_out_fn(self, nodes, fn):
+        futures = {n: self._pool.submit(fn, n) for n in nodes}
+        out = {}
+        for n, f in futures.items():
+            try:
+                out[n] = f.result()
+            except _NodeDown as d:
+                out[n] = d
+        return out
+
+    # -- get ---------------------------------------------------------------------------------
+    def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: Optional[str] = None,
+                   layers=None) -> List[Optional[np.ndarray]]:
+        """Client.get_blocks over the cluster: each block from the first owner that has it."""
+        return self._get(namespace_id, hashes,
+                         lambda c, hs: c.get_blocks(namespace_id, hs, dtype=dtype, layers=layers))
+
+    def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes]) -> List[Optional[bytes]]:
+        """Client.get_packed_blocks over the cluster."""
+        return self._get(namespace_id, hashes,
+                         lambda c, hs: c.get_packed_blocks(namespace_id, hs))
+
+    def _get(self, ns_id, hashes, get) -> list:
+        hashes = [bytes(h) for h in hashes]
+        nodes = self.nodes()
+        own = [self.owners(h, nodes) for h in hashes]
+        out: list = [None] * len(hashes)
+        pending = list(range(len(hashes)))
+        any_answer = False
+        last_results: dict = {}
+        for r in range(max((len(o) for o in own), default=0)):
+            per_node: Dict[str, List[int]] = {}
+            for i in pending:
+                if r < len(own[i]):
+                    per_node.setdefault(own[i][r], []).append(i)
+            if not per_node:
+                break
+            results = self._fan_out(ns_id, {
+                n: (lambda c, idx=idx: get(c, [hashes[i] for i in idx]))
+                for n, idx in per_node.items()})
+            last_results.update(results)
+            for n, res in results.items():
+                if isinstance(res, _NodeDown):
+                    continue
+                any_answer = True
+                for i, b in zip(per_node[n], res):
+                    out[i] = b
+            pending = [i for i in pending if out[i] is None]
+            if not pending:
+                break
+        if hashes and not any_answer:
+            self._raise_if_none_answered(last_results)
+        return out
+
+    # -- delete / stats ----------------------------------------------------------------------
+    def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes]) -> int:
+        """Deletes the blocks from all their owners; returns the copies deleted."""
+        hashes = [bytes(h) for h in hashes]
+        nodes = self.nodes()
+        per_node: Dict[str, List[bytes]] = {}
+        for h in hashes:
+            for n in self.owners(h, nodes):
+                per_node.setdefault(n, []).append(h)
+        results = self._fan_out(namespace_id, {
+            n: (lambda c, hs=hs: c.delete_blocks(namespace_id, hs)) for n, hs in per_node.items()})
+        self._raise_if_none_answered(results)
+        return sum(r for r in results.values() if not isinstance(r, _NodeDown))
+
+    def node_stats(self) -> Dict[str, Optional[dict]]:
+        """Client.stats of every node; None for a node that did not answer."""
+        results = self._fan_out(None, {n: (lambda c: c.stats()) for n in self.nodes()})
+        return {n: (None if isinstance(r, _NodeDown) else r) for n, r in results.items()}
+
+    def stats(self) -> dict:
+        """Sums of the nodes' counters (capacity_bytes, used_bytes, blocks, logical_bytes,
+        evicted_blocks, checksum_failures), ``namespaces`` merged by id, and ``nodes``: the
+        per-node answers (None when down). UNAVAILABLE when no node answers."""
+        per = self.node_stats()
+        live = [s for s in per.values() if s is not None]
+        if not live:
+            raise TurboKVError(grpc.StatusCode.UNAVAILABLE, "no turbokv node answered")
+        keys = ("capacity_bytes", "used_bytes", "blocks", "logical_bytes", "evicted_blocks",
+                "checksum_failures")
+        out = {k: sum(s[k] for s in live) for k in keys}
+        merged: Dict[int, dict] = {}
+        for s in live:
+            for ns in s["namespaces"]:
+                m = merged.setdefault(ns["namespace_id"], dict(ns, blocks=0, stored_bytes=0,
+                                                                logical_bytes=0))
+                for k in ("blocks", "stored_bytes", "logical_bytes"):
+                    m[k] += ns[k]
+        out["namespaces"] = list(merged.values())
+        out["nodes"] = per
+        return out

@@ -1,0 +1,128 @@
+"""Placement of blocks on nodes: rendezvous hashing and endpoint lists.
+
+The contract (identical in every client language; client/include/turbokv/client/rendezvous.h
+is the normative text, ``rendezvous_vectors.json`` beside this file holds the test vectors both
+the C++ and the Python tests check)::
+
+    weight(node_id, block_hash) = first 8 bytes of SHA-256(node_id UTF-8 || 0x00 || block_hash),
+                                  read as a big-endian uint64
+    rank(nodes, block_hash)     = nodes sorted by weight descending, ties by node_id ascending
+                                  (bytewise)
+
+A block lives on the first R nodes of its rank (R = replication factor). This is rendezvous
+(highest-random-weight) hashing (Thaler & Ravishankar, "A Name-Based Mapping Scheme for
+Rendezvous", 1996): adding a node to N moves only the keys the new node wins, ~1/(N+1) of them,
+and removing one moves only the keys it held.
+
+A node's identity is the endpoint string: ``host:port`` as written in a static list, or
+``ip:port`` (``[ip6]:port``) of an address resolved from a ``dns:///name:port`` target.
+
+Endpoint specs: a comma-separated list whose items are ``host:port`` or ``dns:///name:port``
+(the name's A/AAAA records, re-resolved every ``dns_refresh_seconds`` by the sharded client).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import ipaddress
+import socket
+from typing import List, Sequence, Tuple
+
+DNS_PREFIX = "dns:///"
+
+
+def weight(node_id: str, block_hash: bytes) -> int:
+    """The rendezvous weight of ``block_hash`` on ``node_id`` (a uint64)."""
+    d = hashlib.sha256(node_id.encode("utf-8") + b"\x00" + bytes(block_hash)).digest()
+    return int.from_bytes(d[:8], "big")
+
+
+def rank(node_ids: Sequence[str], block_hash: bytes) -> List[str]:
+    """``node_ids`` ordered by preference for ``block_hash`` (highest weight first)."""
+    h = bytes(block_hash)
+    return sorted(node_ids, key=lambda n: (-weight(n, h), n.encode("utf-8")))
+
+
+def owners(node_ids: Sequence[str], block_hash: bytes, replicas: int) -> List[str]:
+    """The first ``replicas`` nodes of the rank (all nodes when there are fewer)."""
+    return rank(node_ids, block_hash)[:max(1, int(replicas))]
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """One item of an endpoint spec: a static ``host:port`` or a ``dns:///name:port``."""
+    host: str
+    port: int
+    dns: bool
+
+    @property
+    def spec(self) -> str:
+        hp = format_host_port(self.host, self.port)
+        return DNS_PREFIX + hp if self.dns else hp
+
+
+def format_host_port(host: str, port: int) -> str:
+    """``host:port``, with IPv6 literals in brackets."""
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+def _split_host_port(text: str) -> Tuple[str, int]:
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or not text[end + 1:].startswith(":"):
+            raise ValueError("endpoint %r: expected [IPv6]:PORT" % text)
+        host, port = text[1:end], text[end + 2:]
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or ":" in host:
+            raise ValueError("endpoint %r: expected HOST:PORT" % text)
+    if not host:
+        raise ValueError("endpoint %r has an empty host" % text)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("endpoint %r: port must be in [1, 65535]" % text)
+    return host, int(port)
+
+
+def parse_endpoints(spec) -> List[Endpoint]:
+    """Parses ``"h:p,h:p"``, ``"dns:///name:port"`` or a sequence of such items.
+
+    Raises ValueError for an empty list, a missing or bad port, a ``dns://authority/`` form
+    (not supported), or a duplicate item."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: List[Endpoint] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            raise ValueError("empty endpoint in %r" % (spec,))
+        dns = False
+        if item.startswith(DNS_PREFIX):
+            dns, item = True, item[len(DNS_PREFIX):]
+        elif item.startswith("dns:"):
+            raise ValueError("endpoint %r: only dns:///NAME:PORT (no authority) is supported"
+                             % raw)
+        host, port = _split_host_port(item)
+        ep = Endpoint(host, port, dns)
+        if ep in out:
+            raise ValueError("endpoint %r is listed twice" % raw)
+        out.append(ep)
+    if not out:
+        raise ValueError("no endpoints in %r" % (spec,))
+    return out
+
+
+def resolve(endpoints: Sequence[Endpoint]) -> List[str]:
+    """Node ids of an endpoint list: static items as written, DNS items expanded to the
+    ``ip:port`` of each A/AAAA record (sorted, duplicates removed).
+
+    Raises OSError (socket.gaierror) when a name does not resolve."""
+    nodes: List[str] = []
+    for ep in endpoints:
+        if not ep.dns:
+            nodes.append(format_host_port(ep.host, ep.port))
+            continue
+        infos = socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)
+        addrs = sorted({ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos},
+                       key=lambda a: (a.version, a.packed))
+        nodes.extend(format_host_port(str(a), ep.port) for a in addrs)
+    seen = set()
+    return [n for n in nodes if not (n in seen or seen.add(n))]
