@@ -16,8 +16,14 @@ constexpr size_t kBatchBytes = size_t{16} << 20;
 constexpr size_t kBatchBlocks = 64;
 constexpr int kMaxInFlight = 2;
 
+// Hex of a block hash for messages; a (malformed) hash longer than 32 bytes is cut short so a
+// hostile client cannot blow up the response.
 std::string Hex(std::string_view hash) {
-  return absl::BytesToHexString(absl::string_view(hash.data(), hash.size()));
+  if (hash.size() <= kMaxBlockHashBytes) {
+    return absl::BytesToHexString(absl::string_view(hash.data(), hash.size()));
+  }
+  return absl::StrCat(absl::BytesToHexString(absl::string_view(hash.data(), kMaxBlockHashBytes)),
+                      "...(", hash.size(), " bytes)");
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {
@@ -212,7 +218,9 @@ void PutBlocksReactor::AppendChunk(const v1::PutBlocksRequest& req) {
 
 size_t PutBlocksReactor::AddResult(const std::string& hash, const absl::Status& status) {
   v1::BlockResult r;
-  r.set_block_hash(hash);
+  // Echo the hash; a malformed overlong one only in part (results are matched by position).
+  r.set_block_hash(hash.size() <= 2 * kMaxBlockHashBytes ? hash
+                                                          : hash.substr(0, 2 * kMaxBlockHashBytes));
   r.set_code(static_cast<int32_t>(status.code()));
   r.set_message(std::string(status.message()));
   results_.push_back(std::move(r));
