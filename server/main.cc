@@ -115,9 +115,9 @@ int main(int argc, char** argv) {
       "(watermarks {:.2f}/{:.2f}), durability {}, codec backend {} ({}), {} codec threads, default "
       "preset {}; recovered {} namespaces and {} blocks",
       options.listen_address, (*server)->port(),
-      (*server)->metrics_port() == 0
-          ? std::string("disabled")
-          : options.metrics.listen_address + " (port " + std::to_string((*server)->metrics_port()) + ")",
+      (*server)->metrics_port() == 0 ? std::string("disabled")
+                                     : options.metrics.listen_address + " (port " +
+                                           std::to_string((*server)->metrics_port()) + ")",
       options.storage.data_dir, turbokv::server::FormatByteSize(options.storage.capacity_bytes),
       options.storage.low_watermark, options.storage.high_watermark, durability,
       (*server)->codec_backend(), (*server)->codec_backend_detail(),

@@ -41,10 +41,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   s->options_ = options;
   TURBOKV_ASSIGN_OR_RETURN(CodecBackend backend, SelectCodecBackend(options.codec.backend));
 
-  TURBOKV_ASSIGN_OR_RETURN(
-      s->store_, BlockStore::Open(options.storage, [](absl::Span<const uint8_t> value) {
-        return codec::VerifyPackedChecksum(value);
-      }));
+  TURBOKV_ASSIGN_OR_RETURN(s->store_,
+                           BlockStore::Open(options.storage, [](absl::Span<const uint8_t> value) {
+                             return codec::VerifyPackedChecksum(value);
+                           }));
   s->registry_ = std::make_unique<NamespaceRegistry>(s->store_.get(), options.codec.default_preset);
   TURBOKV_RETURN_IF_ERROR(s->registry_->Load());
   const StoreStats recovered = s->store_->Stats();
@@ -63,8 +63,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     try {
       s->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics.listen_address);
     } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ",
-                                                 options.metrics.listen_address, ": ", e.what()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", options.metrics.listen_address, ": ", e.what()));
     }
     s->exposer_->RegisterCollectable(s->prometheus_);
     const std::vector<int> ports = s->exposer_->GetListeningPorts();

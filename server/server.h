@@ -48,8 +48,8 @@ class Server {
 
   int port() const { return port_; }                  // bound gRPC port
   int metrics_port() const { return metrics_port_; }  // 0 when metrics are disabled
-  const std::string& codec_backend() const;         // "cpu-avx2", "cuda", ...
-  const std::string& codec_backend_detail() const;  // GPU name, or why not CUDA
+  const std::string& codec_backend() const;           // "cpu-avx2", "cuda", ...
+  const std::string& codec_backend_detail() const;    // GPU name, or why not CUDA
   uint64_t recovered_namespaces() const { return recovered_namespaces_; }
   uint64_t recovered_blocks() const { return recovered_blocks_; }
 

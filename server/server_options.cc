@@ -61,22 +61,33 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
   const std::string number = s.substr(0, i);
   const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(i)));
   auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "byte size \"", std::string(text), "\" is not a number with an optional unit (B, KiB, MiB, GiB, TiB, "
-        "KB, MB, GB, TB), e.g. 10GiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte size \"", std::string(text),
+                     "\" is not a number with an optional unit (B, KiB, MiB, GiB, TiB, "
+                     "KB, MB, GB, TB), e.g. 10GiB"));
   };
   if (number.empty() || std::count(number.begin(), number.end(), '.') > 1) return bad();
   double multiplier = 0;
-  if (unit.empty() || unit == "b") multiplier = 1;
-  else if (unit == "k" || unit == "kib") multiplier = 1024.0;
-  else if (unit == "m" || unit == "mib") multiplier = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") multiplier = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") multiplier = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") multiplier = 1e3;
-  else if (unit == "mb") multiplier = 1e6;
-  else if (unit == "gb") multiplier = 1e9;
-  else if (unit == "tb") multiplier = 1e12;
-  else return bad();
+  if (unit.empty() || unit == "b")
+    multiplier = 1;
+  else if (unit == "k" || unit == "kib")
+    multiplier = 1024.0;
+  else if (unit == "m" || unit == "mib")
+    multiplier = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib")
+    multiplier = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib")
+    multiplier = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    multiplier = 1e3;
+  else if (unit == "mb")
+    multiplier = 1e6;
+  else if (unit == "gb")
+    multiplier = 1e9;
+  else if (unit == "tb")
+    multiplier = 1e12;
+  else
+    return bad();
   const double value = std::strtod(number.c_str(), nullptr) * multiplier;
   if (!std::isfinite(value) || value < 0 || value > 1.8e19) return bad();
   return static_cast<uint64_t>(std::llround(value));

@@ -6,14 +6,13 @@ namespace turbokv::server {
 namespace {
 
 constexpr const char* kMethodNames[kNumRpcMethods] = {
-    "RegisterNamespace", "PutBlocks", "Lookup", "GetBlocks",
+    "RegisterNamespace", "PutBlocks",     "Lookup", "GetBlocks",
     "DeleteBlocks",      "DropNamespace", "Stats"};
 constexpr const char* kCodeNames[kNumStatusCodes] = {
-    "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",       "DATA_LOSS",
-    "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 constexpr const char* kCodecOpNames[kNumCodecOps] = {"encode", "decode", "verify"};
 
 int CodeIndex(absl::StatusCode code) {
@@ -89,7 +88,8 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
                           .Help("Raw (logical) bytes processed by the codec")
                           .Register(registry);
   for (int op = 0; op < kNumCodecOps; ++op) {
-    codec_seconds_[op] = &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}});
+    codec_seconds_[op] =
+        &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}});
     codec_bytes_[op] = &codec_bytes.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}});
   }
   prometheus::BuildGauge()
@@ -111,8 +111,8 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
                          "Raw bytes the stored blocks represent in their namespace dtype");
   blocks_ = gauge("turbokv_blocks", "Blocks stored");
   capacity_bytes_ = gauge("turbokv_capacity_bytes", "Hard budget on stored bytes");
-  compression_ratio_ = gauge("turbokv_compression_ratio",
-                             "Logical bytes / packed value bytes (0 when empty)");
+  compression_ratio_ =
+      gauge("turbokv_compression_ratio", "Logical bytes / packed value bytes (0 when empty)");
   namespaces_ = gauge("turbokv_namespaces", "Registered namespaces");
   rocksdb_sst_bytes_ = gauge("turbokv_rocksdb_sst_bytes", "RocksDB SST files, all column families");
   rocksdb_blob_bytes_ = gauge("turbokv_rocksdb_blob_bytes", "RocksDB blob files (BlobDB)");

@@ -99,8 +99,8 @@ void GetBlocksReactor::Fetch() {
     std::lock_guard<std::mutex> l(mu_);
     begin = next_;
   }
-  const size_t per_block =
-      std::max<size_t>(1, encoding_ == v1::ENCODING_RAW ? decoded_bytes_ : ns_->codec.packed_bytes());
+  const size_t per_block = std::max<size_t>(
+      1, encoding_ == v1::ENCODING_RAW ? decoded_bytes_ : ns_->codec.packed_bytes());
   const size_t count =
       std::min({total - begin, kFetchBlocks, std::max<size_t>(1, kFetchBytes / per_block)});
   std::vector<std::string_view> hashes;
@@ -138,9 +138,9 @@ void GetBlocksReactor::Fetch() {
           which.size() * decoded_bytes_);
       for (size_t k = 0; k < which.size() && error.ok(); ++k) {
         if (!statuses[k].ok()) {
-          error = absl::InternalError(absl::StrCat("block ", begin + which[k],
-                                                   " passed its checksum but does not decode: ",
-                                                   std::string(statuses[k].message())));
+          error = absl::InternalError(absl::StrCat(
+              "block ", begin + which[k],
+              " passed its checksum but does not decode: ", std::string(statuses[k].message())));
         }
       }
     }

@@ -87,8 +87,8 @@ absl::StatusOr<CanonicalNamespace> Canonicalize(const v1::NamespaceDescriptor& i
   }
   if (d.tp_size() == 0) d.set_tp_size(1);
   if (d.tp_rank() >= d.tp_size()) {
-    return FieldError("tp_rank", absl::StrCat(d.tp_rank(), " must be less than tp_size ",
-                                              d.tp_size()));
+    return FieldError("tp_rank",
+                      absl::StrCat(d.tp_rank(), " must be less than tp_size ", d.tp_size()));
   }
   // Range checks before the int conversions below; ValidateShape names the field.
   for (auto [name, v] : {std::pair<const char*, uint32_t>{"num_layers", d.num_layers()},
@@ -117,9 +117,9 @@ absl::StatusOr<CanonicalNamespace> Canonicalize(const v1::NamespaceDescriptor& i
     const std::string preset = c.preset().empty() ? std::string(default_preset) : c.preset();
     absl::StatusOr<codec::CodecSpec> preset_spec = codec::PresetSpec(preset, shape.head_dim);
     if (!preset_spec.ok()) {
-      return absl::Status(preset_spec.status().code(),
-                          absl::StrCat("namespace_descriptor.codec.preset: ",
-                                       preset_spec.status().message()));
+      return absl::Status(
+          preset_spec.status().code(),
+          absl::StrCat("namespace_descriptor.codec.preset: ", preset_spec.status().message()));
     }
     spec = *preset_spec;
   }
@@ -205,18 +205,18 @@ absl::Status NamespaceRegistry::Load() {
   for (const NamespaceRecord& r : store_->ListNamespaces()) {
     v1::NamespaceDescriptor d;
     if (!d.ParseFromString(r.descriptor)) {
-      return absl::DataLossError(absl::StrCat("stored descriptor of namespace ",
-                                              absl::Hex(r.id, absl::kZeroPad16),
-                                              " does not parse"));
+      return absl::DataLossError(absl::StrCat(
+          "stored descriptor of namespace ", absl::Hex(r.id, absl::kZeroPad16), " does not parse"));
     }
     // The stored descriptor is canonical already; canonicalizing again must be a no-op, which
     // also catches a codec whose presets or defaults changed under stored data.
     auto canonical = Canonicalize(d, default_preset_);
     if (!canonical.ok() || NamespaceId(canonical->descriptor) != r.id) {
-      return absl::DataLossError(absl::StrCat(
-          "stored namespace ", absl::Hex(r.id, absl::kZeroPad16),
-          " no longer canonicalizes to its id (codec configuration changed?): ",
-          canonical.ok() ? std::string("different id") : std::string(canonical.status().message())));
+      return absl::DataLossError(
+          absl::StrCat("stored namespace ", absl::Hex(r.id, absl::kZeroPad16),
+                       " no longer canonicalizes to its id (codec configuration changed?): ",
+                       canonical.ok() ? std::string("different id")
+                                      : std::string(canonical.status().message())));
     }
     canonical->descriptor.set_ttl_seconds(r.ttl_seconds);
     TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(*canonical, r.id));
@@ -236,7 +236,8 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
     std::lock_guard<std::mutex> l(mu_);
     if (auto it = namespaces_.find(id); it != namespaces_.end()) existing = it->second;
   }
-  if (existing != nullptr && existing->descriptor.ttl_seconds() == canonical.descriptor.ttl_seconds()) {
+  if (existing != nullptr &&
+      existing->descriptor.ttl_seconds() == canonical.descriptor.ttl_seconds()) {
     return Registered{existing, false};
   }
   TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(canonical, id));

@@ -43,9 +43,9 @@ absl::Status ValidatePackedBlock(const Namespace& ns, absl::Span<const uint8_t> 
                         absl::StrCat("malformed packed block: ", info.status().message()));
   }
   if (info->namespace_id != ns.id) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "packed block was encoded for namespace ", absl::Hex(info->namespace_id, absl::kZeroPad16),
-        ", not ", absl::Hex(ns.id, absl::kZeroPad16)));
+    return absl::InvalidArgumentError(absl::StrCat("packed block was encoded for namespace ",
+                                                   absl::Hex(info->namespace_id, absl::kZeroPad16),
+                                                   ", not ", absl::Hex(ns.id, absl::kZeroPad16)));
   }
   absl::Span<const uint8_t> header = ns.codec.header();
   if (packed.size() < header.size() ||
@@ -56,7 +56,8 @@ absl::Status ValidatePackedBlock(const Namespace& ns, absl::Span<const uint8_t> 
   }
   absl::Status checksum = codec::VerifyPackedChecksum(packed);
   if (!checksum.ok()) {
-    return absl::DataLossError(absl::StrCat("packed block fails its checksum: ", checksum.message()));
+    return absl::DataLossError(
+        absl::StrCat("packed block fails its checksum: ", checksum.message()));
   }
   return absl::OkStatus();
 }
@@ -131,18 +132,18 @@ void PutBlocksReactor::HandleMessage(const v1::PutBlocksRequest& req) {
           current_->expected_bytes, " bytes (the next block started); it was not stored")));
     } else {
       skip_hash_ = current_->hash;
-      FailCurrent(absl::InvalidArgumentError(absl::StrCat(
-          "expected the chunk at offset ", current_->data.size(), " of block ",
-          Hex(current_->hash), ", got offset ", req.offset(), " of block ", Hex(hash),
-          "; chunks of a block must arrive in order")));
+      FailCurrent(absl::InvalidArgumentError(
+          absl::StrCat("expected the chunk at offset ", current_->data.size(), " of block ",
+                       Hex(current_->hash), ", got offset ", req.offset(), " of block ", Hex(hash),
+                       "; chunks of a block must arrive in order")));
     }
   }
   if (req.offset() != 0) {
     if (!skip_hash_.empty() && hash == skip_hash_) return;  // rest of a rejected block
     skip_hash_ = hash;
-    AddResult(hash, absl::InvalidArgumentError(absl::StrCat(
-                        "chunk at offset ", req.offset(), " of block ", Hex(hash),
-                        " arrived without the block's first chunk (offset 0)")));
+    AddResult(hash, absl::InvalidArgumentError(
+                        absl::StrCat("chunk at offset ", req.offset(), " of block ", Hex(hash),
+                                     " arrived without the block's first chunk (offset 0)")));
     return;
   }
   skip_hash_.clear();
@@ -158,22 +159,22 @@ void PutBlocksReactor::StartBlock(const v1::PutBlocksRequest& req) {
       expected = ns_->codec.raw_bytes();
       if (req.block_bytes() != expected) {
         const codec::BlockShape& sh = ns_->codec.shape();
-        s = absl::InvalidArgumentError(absl::StrCat(
-            "block_bytes ", req.block_bytes(), " of RAW block ", Hex(hash),
-            " is not the namespace's raw block size ", expected, " ([", sh.num_layers, "][2][",
-            sh.block_tokens, "][", sh.num_kv_heads, "][", sh.head_dim, "] of ",
-            std::string(codec::DTypeName(sh.dtype)), ")"));
+        s = absl::InvalidArgumentError(
+            absl::StrCat("block_bytes ", req.block_bytes(), " of RAW block ", Hex(hash),
+                         " is not the namespace's raw block size ", expected, " ([", sh.num_layers,
+                         "][2][", sh.block_tokens, "][", sh.num_kv_heads, "][", sh.head_dim,
+                         "] of ", std::string(codec::DTypeName(sh.dtype)), ")"));
       }
     } else if (req.encoding() == v1::ENCODING_PACKED) {
       expected = ns_->codec.packed_bytes();
       if (req.block_bytes() != expected) {
-        s = absl::InvalidArgumentError(absl::StrCat(
-            "block_bytes ", req.block_bytes(), " of PACKED block ", Hex(hash),
-            " is not the namespace's packed block size ", expected));
+        s = absl::InvalidArgumentError(
+            absl::StrCat("block_bytes ", req.block_bytes(), " of PACKED block ", Hex(hash),
+                         " is not the namespace's packed block size ", expected));
       }
     } else {
-      s = absl::InvalidArgumentError(absl::StrCat(
-          "encoding of block ", Hex(hash), " must be ENCODING_RAW or ENCODING_PACKED"));
+      s = absl::InvalidArgumentError(absl::StrCat("encoding of block ", Hex(hash),
+                                                  " must be ENCODING_RAW or ENCODING_PACKED"));
     }
   }
   if (!s.ok()) {
@@ -196,16 +197,16 @@ void PutBlocksReactor::AppendChunk(const v1::PutBlocksRequest& req) {
   if ((req.block_bytes() != 0 && req.block_bytes() != b.expected_bytes) ||
       (req.encoding() != v1::ENCODING_UNSPECIFIED && req.encoding() != b.encoding)) {
     skip_hash_ = b.hash;
-    FailCurrent(absl::InvalidArgumentError(absl::StrCat(
-        "chunk at offset ", req.offset(), " of block ", Hex(b.hash),
-        " changes block_bytes or encoding from the block's first chunk")));
+    FailCurrent(absl::InvalidArgumentError(
+        absl::StrCat("chunk at offset ", req.offset(), " of block ", Hex(b.hash),
+                     " changes block_bytes or encoding from the block's first chunk")));
     return;
   }
   if (b.data.size() + req.data().size() > b.expected_bytes) {
     skip_hash_ = b.hash;
-    FailCurrent(absl::InvalidArgumentError(absl::StrCat(
-        "chunk at offset ", req.offset(), " with ", req.data().size(), " bytes overruns block ",
-        Hex(b.hash), " of block_bytes ", b.expected_bytes)));
+    FailCurrent(absl::InvalidArgumentError(
+        absl::StrCat("chunk at offset ", req.offset(), " with ", req.data().size(),
+                     " bytes overruns block ", Hex(b.hash), " of block_bytes ", b.expected_bytes)));
     return;
   }
   b.data.append(req.data());
@@ -220,7 +221,7 @@ size_t PutBlocksReactor::AddResult(const std::string& hash, const absl::Status& 
   v1::BlockResult r;
   // Echo the hash; a malformed overlong one only in part (results are matched by position).
   r.set_block_hash(hash.size() <= 2 * kMaxBlockHashBytes ? hash
-                                                          : hash.substr(0, 2 * kMaxBlockHashBytes));
+                                                         : hash.substr(0, 2 * kMaxBlockHashBytes));
   r.set_code(static_cast<int32_t>(status.code()));
   r.set_message(std::string(status.message()));
   results_.push_back(std::move(r));
@@ -240,8 +241,7 @@ void PutBlocksReactor::SubmitBatch() {
   std::vector<Block> blocks = std::move(batch_);
   batch_.clear();
   batch_bytes_ = 0;
-  ctx_->pool->Submit(
-      [this, blocks = std::move(blocks)]() mutable { RunBatch(std::move(blocks)); });
+  ctx_->pool->Submit([this, blocks = std::move(blocks)]() mutable { RunBatch(std::move(blocks)); });
 }
 
 void PutBlocksReactor::RunBatch(std::vector<Block> blocks) {

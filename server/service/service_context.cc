@@ -21,8 +21,8 @@ grpc::Status RpcScope::Complete(const absl::Status& status) {
                               status.code() == absl::StatusCode::kDataLoss ||
                               status.code() == absl::StatusCode::kUnknown;
     spdlog::log(server_fault ? spdlog::level::err : spdlog::level::warn, "{} {}: {} ({:.3f} s)",
-                RpcMethodName(method_), StatusCodeName(status.code()), std::string(status.message()),
-                seconds);
+                RpcMethodName(method_), StatusCodeName(status.code()),
+                std::string(status.message()), seconds);
   }
   return ToGrpcStatus(status);
 }

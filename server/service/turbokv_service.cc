@@ -42,7 +42,8 @@ grpc::ServerUnaryReactor* TurboKvService::Unary(grpc::CallbackServerContext* con
   } else if (where == Where::kInline) {
     reactor->Finish(scope->Complete(fn()));
   } else {
-    ctx_->pool->Submit([reactor, scope, fn = std::move(fn)] { reactor->Finish(scope->Complete(fn())); });
+    ctx_->pool->Submit(
+        [reactor, scope, fn = std::move(fn)] { reactor->Finish(scope->Complete(fn())); });
   }
   return reactor;
 }
@@ -50,20 +51,22 @@ grpc::ServerUnaryReactor* TurboKvService::Unary(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* TurboKvService::RegisterNamespace(
     grpc::CallbackServerContext* context, const v1::RegisterNamespaceRequest* request,
     v1::RegisterNamespaceResponse* response) {
-  return Unary(context, RpcMethod::kRegisterNamespace, Where::kPool, [this, request, response]() -> absl::Status {
-    if (!request->has_namespace_descriptor()) {
-      return absl::InvalidArgumentError("namespace_descriptor is required");
-    }
-    TURBOKV_ASSIGN_OR_RETURN(NamespaceRegistry::Registered r,
-                             ctx_->registry->Register(request->namespace_descriptor()));
-    response->set_namespace_id(r.ns->id);
-    response->set_created(r.created);
-    *response->mutable_namespace_descriptor() = r.ns->descriptor;
-    response->set_raw_block_bytes(r.ns->codec.raw_bytes());
-    response->set_packed_block_bytes(r.ns->codec.packed_bytes());
-    response->set_bits_per_value(r.ns->codec.bits_per_value());
-    return absl::OkStatus();
-  });
+  return Unary(context, RpcMethod::kRegisterNamespace, Where::kPool,
+               [this, request, response]() -> absl::Status {
+                 if (!request->has_namespace_descriptor()) {
+                   return absl::InvalidArgumentError("namespace_descriptor is required");
+                 }
+                 TURBOKV_ASSIGN_OR_RETURN(
+                     NamespaceRegistry::Registered r,
+                     ctx_->registry->Register(request->namespace_descriptor()));
+                 response->set_namespace_id(r.ns->id);
+                 response->set_created(r.created);
+                 *response->mutable_namespace_descriptor() = r.ns->descriptor;
+                 response->set_raw_block_bytes(r.ns->codec.raw_bytes());
+                 response->set_packed_block_bytes(r.ns->codec.packed_bytes());
+                 response->set_bits_per_value(r.ns->codec.bits_per_value());
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerReadReactor<v1::PutBlocksRequest>* TurboKvService::PutBlocks(
@@ -75,19 +78,20 @@ grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* co
                                                  const v1::LookupRequest* request,
                                                  v1::LookupResponse* response) {
   // Index only (in memory): cheap enough for gRPC's thread.
-  return Unary(context, RpcMethod::kLookup, Where::kInline, [this, request, response]() -> absl::Status {
-    TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
-                             ctx_->registry->Get(request->namespace_id()));
-    TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
-                             HashViews(request->block_hashes()));
-    TURBOKV_ASSIGN_OR_RETURN(size_t matched,
-                             ctx_->store->Lookup(ns->id, hashes, request->lease_seconds()));
-    const uint64_t block_tokens = ns->descriptor.block_tokens();
-    response->set_matched_blocks(static_cast<uint32_t>(matched));
-    response->set_matched_tokens(matched * block_tokens);
-    ctx_->metrics->RecordLookup(hashes.size(), matched, block_tokens);
-    return absl::OkStatus();
-  });
+  return Unary(context, RpcMethod::kLookup, Where::kInline,
+               [this, request, response]() -> absl::Status {
+                 TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
+                                          ctx_->registry->Get(request->namespace_id()));
+                 TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
+                                          HashViews(request->block_hashes()));
+                 TURBOKV_ASSIGN_OR_RETURN(
+                     size_t matched, ctx_->store->Lookup(ns->id, hashes, request->lease_seconds()));
+                 const uint64_t block_tokens = ns->descriptor.block_tokens();
+                 response->set_matched_blocks(static_cast<uint32_t>(matched));
+                 response->set_matched_tokens(matched * block_tokens);
+                 ctx_->metrics->RecordLookup(hashes.size(), matched, block_tokens);
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerWriteReactor<v1::GetBlocksResponse>* TurboKvService::GetBlocks(
@@ -98,25 +102,28 @@ grpc::ServerWriteReactor<v1::GetBlocksResponse>* TurboKvService::GetBlocks(
 grpc::ServerUnaryReactor* TurboKvService::DeleteBlocks(grpc::CallbackServerContext* context,
                                                        const v1::DeleteBlocksRequest* request,
                                                        v1::DeleteBlocksResponse* response) {
-  return Unary(context, RpcMethod::kDeleteBlocks, Where::kPool, [this, request, response]() -> absl::Status {
-    TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
-                             ctx_->registry->Get(request->namespace_id()));
-    TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
-                             HashViews(request->block_hashes()));
-    TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, ctx_->store->DeleteBlocks(ns->id, hashes));
-    response->set_deleted_blocks(static_cast<uint32_t>(deleted));
-    return absl::OkStatus();
-  });
+  return Unary(
+      context, RpcMethod::kDeleteBlocks, Where::kPool, [this, request, response]() -> absl::Status {
+        TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
+                                 ctx_->registry->Get(request->namespace_id()));
+        TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
+                                 HashViews(request->block_hashes()));
+        TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, ctx_->store->DeleteBlocks(ns->id, hashes));
+        response->set_deleted_blocks(static_cast<uint32_t>(deleted));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* TurboKvService::DropNamespace(grpc::CallbackServerContext* context,
                                                         const v1::DropNamespaceRequest* request,
                                                         v1::DropNamespaceResponse* response) {
-  return Unary(context, RpcMethod::kDropNamespace, Where::kPool, [this, request, response]() -> absl::Status {
-    TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, ctx_->registry->Drop(request->namespace_id()));
-    response->set_deleted_blocks(deleted);
-    return absl::OkStatus();
-  });
+  return Unary(context, RpcMethod::kDropNamespace, Where::kPool,
+               [this, request, response]() -> absl::Status {
+                 TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted,
+                                          ctx_->registry->Drop(request->namespace_id()));
+                 response->set_deleted_blocks(deleted);
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerUnaryReactor* TurboKvService::Stats(grpc::CallbackServerContext* context,

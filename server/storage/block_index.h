@@ -18,7 +18,7 @@
 namespace turbokv::server {
 
 struct IndexEntry {
-  std::string key;           // storage key: 8-byte big-endian namespace id || block hash
+  std::string key;  // storage key: 8-byte big-endian namespace id || block hash
   uint64_t namespace_id = 0;
   uint64_t value_bytes = 0;  // packed block bytes
   uint64_t charge = 0;       // bytes counted against the capacity (value + keys + metadata)
@@ -80,7 +80,8 @@ class BlockIndex {
   void Account(const IndexEntry& e, bool add);
 
   std::list<IndexEntry> lru_;  // front = least recently used
-  absl::flat_hash_map<std::string_view, std::list<IndexEntry>::iterator> map_;  // views of lru_ keys
+  absl::flat_hash_map<std::string_view, std::list<IndexEntry>::iterator>
+      map_;  // views of lru_ keys
   absl::flat_hash_map<uint64_t, NamespaceUsage> usage_;
   uint64_t used_bytes_ = 0;
   uint64_t value_bytes_ = 0;

@@ -108,8 +108,8 @@ absl::StatusOr<NamespaceRecord> DecodeRecord(uint64_t id, std::string_view v) {
 
 absl::Status ValidateBlockHash(std::string_view hash) {
   if (hash.size() < kMinBlockHashBytes || hash.size() > kMaxBlockHashBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("block_hash has ", hash.size(),
-                                                   " bytes; expected 8 to 32 bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_hash has ", hash.size(), " bytes; expected 8 to 32 bytes"));
   }
   return absl::OkStatus();
 }
@@ -168,8 +168,7 @@ absl::Status BlockStore::OpenDb() {
       {kCfNamespaces, small},
   };
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status s =
-      rocksdb::DB::Open(db_options, options_.data_dir, descriptors, &handles, &db_);
+  rocksdb::Status s = rocksdb::DB::Open(db_options, options_.data_dir, descriptors, &handles, &db_);
   TURBOKV_RETURN_IF_ERROR(FromRocksDb(s, absl::StrCat("open ", options_.data_dir)));
   cf_default_ = handles[0];
   cf_blocks_ = handles[1];
@@ -195,8 +194,7 @@ absl::Status BlockStore::Recover() {
   std::vector<std::string> orphans;
   {
     std::unique_ptr<rocksdb::Iterator> meta(db_->NewIterator(rocksdb::ReadOptions(), cf_meta_));
-    std::unique_ptr<rocksdb::Iterator> access(
-        db_->NewIterator(rocksdb::ReadOptions(), cf_access_));
+    std::unique_ptr<rocksdb::Iterator> access(db_->NewIterator(rocksdb::ReadOptions(), cf_access_));
     access->SeekToFirst();
     for (meta->SeekToFirst(); meta->Valid(); meta->Next()) {
       rocksdb::Slice key = meta->key();
@@ -225,10 +223,9 @@ absl::Status BlockStore::Recover() {
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(meta->status(), "scan block_meta"));
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(access->status(), "scan access"));
   }
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const IndexEntry& a, const IndexEntry& b) {
-                     return a.last_access < b.last_access;
-                   });
+  std::stable_sort(entries.begin(), entries.end(), [](const IndexEntry& a, const IndexEntry& b) {
+    return a.last_access < b.last_access;
+  });
   for (IndexEntry& e : entries) index_.Upsert(std::move(e));
   if (!orphans.empty()) {
     std::lock_guard<std::mutex> wl(write_mu_);
@@ -356,7 +353,8 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       return results;
     }
     const uint64_t capacity = options_.capacity_bytes;
-    const auto high = static_cast<uint64_t>(static_cast<double>(capacity) * options_.high_watermark);
+    const auto high =
+        static_cast<uint64_t>(static_cast<double>(capacity) * options_.high_watermark);
     const auto low = static_cast<uint64_t>(static_cast<double>(capacity) * options_.low_watermark);
     uint64_t pending = 0;  // net growth from blocks accepted so far in this batch
     absl::flat_hash_map<std::string_view, uint64_t> accepted_charge;
@@ -409,7 +407,9 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   for (size_t i : accepted) {
     if (!s.ok()) break;
     s = FromRocksDb(batch.Put(cf_blocks_, keys[i], blocks[i].value), "batch put");
-    if (s.ok()) s = FromRocksDb(batch.Put(cf_meta_, keys[i], EncodeMeta(blocks[i].value.size(), now)), "batch put");
+    if (s.ok())
+      s = FromRocksDb(batch.Put(cf_meta_, keys[i], EncodeMeta(blocks[i].value.size(), now)),
+                      "batch put");
     if (s.ok()) s = FromRocksDb(batch.Put(cf_access_, keys[i], EncodeAccess(now)), "batch put");
   }
   if (s.ok()) s = Write(&batch, /*durable=*/true);
@@ -526,8 +526,8 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
   const int64_t now = clock_->NowSeconds();
   std::lock_guard<std::mutex> l(mu_);
   if (!namespaces_.contains(namespace_id)) {
-    return absl::NotFoundError(absl::StrCat(
-        "namespace ", absl::Hex(namespace_id, absl::kZeroPad16), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("namespace ", absl::Hex(namespace_id, absl::kZeroPad16),
+                                            " is not registered"));
   }
   size_t matched = 0;
   std::string key;

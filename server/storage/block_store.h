@@ -79,21 +79,21 @@ struct NamespaceStatsEntry {
 
 struct StoreStats {
   uint64_t capacity_bytes = 0;
-  uint64_t used_bytes = 0;     // charged bytes (values + keys + metadata)
-  uint64_t value_bytes = 0;    // packed bytes of all values
+  uint64_t used_bytes = 0;   // charged bytes (values + keys + metadata)
+  uint64_t value_bytes = 0;  // packed bytes of all values
   uint64_t blocks = 0;
   uint64_t logical_bytes = 0;
-  uint64_t evicted_blocks = 0;  // since open
-  uint64_t evicted_bytes = 0;   // charged bytes evicted since open
-  uint64_t expired_blocks = 0;  // TTL expiries since open
-  uint64_t checksum_failures = 0;  // since open
+  uint64_t evicted_blocks = 0;                  // since open
+  uint64_t evicted_bytes = 0;                   // charged bytes evicted since open
+  uint64_t expired_blocks = 0;                  // TTL expiries since open
+  uint64_t checksum_failures = 0;               // since open
   std::vector<NamespaceStatsEntry> namespaces;  // sorted by id
 };
 
 // RocksDB's own view of its size.
 struct DbStats {
-  uint64_t sst_bytes = 0;         // rocksdb.total-sst-files-size, all column families
-  uint64_t blob_bytes = 0;        // rocksdb.total-blob-file-size
+  uint64_t sst_bytes = 0;                 // rocksdb.total-sst-files-size, all column families
+  uint64_t blob_bytes = 0;                // rocksdb.total-blob-file-size
   uint64_t pending_compaction_bytes = 0;  // rocksdb.estimate-pending-compaction-bytes
 };
 
@@ -177,7 +177,7 @@ class BlockStore {
   rocksdb::ColumnFamilyHandle* cf_access_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_namespaces_ = nullptr;
 
-  std::mutex write_mu_;  // serializes mutations; taken before mu_
+  std::mutex write_mu_;    // serializes mutations; taken before mu_
   mutable std::mutex mu_;  // guards everything below
   BlockIndex index_;
   absl::flat_hash_map<uint64_t, NamespaceRecord> namespaces_;

@@ -45,10 +45,17 @@ class ServerProcess {
   // Starts the binary and waits (up to 30 s) for its port file. False when it exits first.
   bool Start() {
     const std::string port_file = (dir_ / ("port-" + std::to_string(++starts_))).string();
-    std::vector<std::string> args = {TURBOKV_SERVER_BINARY, "--listen", "127.0.0.1:0",
-                                     "--port-file", port_file, "--data-dir",
-                                     (dir_ / "data").string(), "--codec-threads", "2",
-                                     "--shutdown-grace-ms", "2000"};
+    std::vector<std::string> args = {TURBOKV_SERVER_BINARY,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--port-file",
+                                     port_file,
+                                     "--data-dir",
+                                     (dir_ / "data").string(),
+                                     "--codec-threads",
+                                     "2",
+                                     "--shutdown-grace-ms",
+                                     "2000"};
     if (std::find(extra_args_.begin(), extra_args_.end(), "--metrics-listen") ==
         extra_args_.end()) {
       args.insert(args.end(), {"--metrics-listen", ""});  // off unless a test asks for it

@@ -35,10 +35,10 @@ uint16_t FloatToHalf(float f) {
   const uint16_t sign = (x >> 16) & 0x8000;
   const int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
   const uint32_t mant = x & 0x7fffff;
-  if (exp <= 0) return sign;                 // tiny -> 0 (test data never goes there)
-  if (exp >= 31) return sign | 0x7bff;       // clamp (never happens either)
+  if (exp <= 0) return sign;            // tiny -> 0 (test data never goes there)
+  if (exp >= 31) return sign | 0x7bff;  // clamp (never happens either)
   uint16_t h = static_cast<uint16_t>(sign | (exp << 10) | (mant >> 13));
-  if (mant & 0x1000) ++h;                    // round half up
+  if (mant & 0x1000) ++h;  // round half up
   return h;
 }
 float HalfToFloat(uint16_t h) {
@@ -143,7 +143,8 @@ grpc::Status PutMessages(v1::TurboKV::Stub& stub, const std::vector<v1::PutBlock
   return writer->Finish();
 }
 
-v1::PutBlocksResponse Put(v1::TurboKV::Stub& stub, uint64_t ns, const std::vector<PutBlock>& blocks) {
+v1::PutBlocksResponse Put(v1::TurboKV::Stub& stub, uint64_t ns,
+                          const std::vector<PutBlock>& blocks) {
   v1::PutBlocksResponse resp;
   grpc::Status s = PutMessages(stub, Chunks(ns, blocks), &resp);
   EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
@@ -292,8 +293,8 @@ TEST(ServerRpcTest, RoundTripsRawAndPackedBlocks) {
     }
     // A layer range is exactly that slice of the full decode.
     const uint32_t layers = d.num_layers();
-    std::vector<GotBlock> last = GetOk(stub, ns, {hashes[0]}, v1::ENCODING_RAW, v1::DTYPE_FP32,
-                                       layers - 1, layers);
+    std::vector<GotBlock> last =
+        GetOk(stub, ns, {hashes[0]}, v1::ENCODING_RAW, v1::DTYPE_FP32, layers - 1, layers);
     ASSERT_TRUE(last[0].found);
     const size_t per_layer = raw[0].bytes.size() / layers;
     EXPECT_EQ(last[0].bytes, raw[0].bytes.substr((layers - 1) * per_layer));
@@ -414,11 +415,13 @@ TEST(ServerRpcTest, BadInputsGetTheRightCodeAndAClearMessage) {
   EXPECT_NE(msg(2).find("33 bytes"), std::string::npos) << msg(2);
   EXPECT_EQ(code(3), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(msg(3).find("encoding"), std::string::npos) << msg(3);
-  EXPECT_TRUE(code(4) == grpc::StatusCode::INVALID_ARGUMENT || code(4) == grpc::StatusCode::DATA_LOSS)
+  EXPECT_TRUE(code(4) == grpc::StatusCode::INVALID_ARGUMENT ||
+              code(4) == grpc::StatusCode::DATA_LOSS)
       << msg(4);
   EXPECT_EQ(code(5), grpc::StatusCode::DATA_LOSS) << msg(5);
   EXPECT_NE(msg(5).find("checksum"), std::string::npos) << msg(5);
-  EXPECT_TRUE(code(6) == grpc::StatusCode::INVALID_ARGUMENT || code(6) == grpc::StatusCode::DATA_LOSS)
+  EXPECT_TRUE(code(6) == grpc::StatusCode::INVALID_ARGUMENT ||
+              code(6) == grpc::StatusCode::DATA_LOSS)
       << msg(6);
   EXPECT_EQ(code(7), grpc::StatusCode::OK) << msg(7);
   EXPECT_EQ(code(8), grpc::StatusCode::OK) << msg(8);
@@ -569,7 +572,8 @@ TEST(ServerRpcTest, RestartKeepsDataAndSigtermExitsZero) {
   for (const auto& r : put.results()) {
     ASSERT_EQ(r.code(), 0) << r.message();
   }
-  std::vector<GotBlock> before = GetOk(server.stub(), reg.namespace_id(), hashes, v1::ENCODING_PACKED);
+  std::vector<GotBlock> before =
+      GetOk(server.stub(), reg.namespace_id(), hashes, v1::ENCODING_PACKED);
   const v1::StatsResponse stats_before = Stats(server.stub());
   const int status = server.Stop(SIGTERM);
   ASSERT_TRUE(WIFEXITED(status)) << server.Log();
@@ -583,7 +587,8 @@ TEST(ServerRpcTest, RestartKeepsDataAndSigtermExitsZero) {
   EXPECT_FALSE(again.created());
   EXPECT_EQ(again.namespace_id(), reg.namespace_id());
   EXPECT_EQ(Matched(server.stub(), reg.namespace_id(), hashes), 6u);
-  std::vector<GotBlock> after = GetOk(server.stub(), reg.namespace_id(), hashes, v1::ENCODING_PACKED);
+  std::vector<GotBlock> after =
+      GetOk(server.stub(), reg.namespace_id(), hashes, v1::ENCODING_PACKED);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(after[i].bytes, before[i].bytes) << i;
   v1::StatsResponse stats_after = Stats(server.stub());
   EXPECT_EQ(stats_after.durability(), "fsync");
@@ -728,8 +733,8 @@ TEST(ServerRpcTest, HealthMetricsAndCodecBackendSelection) {
   grpc::Slice empty("");
   request = grpc::ByteBuffer(&empty, 1);
   std::promise<grpc::Status> done;
-  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                    &response, [&done](grpc::Status s) { done.set_value(s); });
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&done](grpc::Status s) { done.set_value(s); });
   grpc::Status hs = done.get_future().get();
   ASSERT_TRUE(hs.ok()) << hs.error_message();
   std::vector<grpc::Slice> slices;
@@ -749,11 +754,12 @@ TEST(ServerRpcTest, HealthMetricsAndCodecBackendSelection) {
        {"turbokv_rpc_requests_total{code=\"OK\",method=\"PutBlocks\"} 1",
         "turbokv_rpc_duration_seconds_bucket", "turbokv_lookup_blocks_total{result=\"hit\"} 1",
         "turbokv_lookup_blocks_total{result=\"miss\"} 1",
-        "turbokv_lookup_tokens_total{result=\"hit\"} 16", "turbokv_put_blocks_total{result=\"OK\"} 1",
-        "turbokv_blocks 1", "turbokv_namespaces 1", "turbokv_codec_backend_info{backend=\"cpu-",
-        "turbokv_codec_seconds_total{backend=\"cpu-", "turbokv_compression_ratio",
-        "turbokv_capacity_bytes", "turbokv_rocksdb_pending_compaction_bytes",
-        "turbokv_checksum_failures_total 0", "turbokv_evictions_total 0"}) {
+        "turbokv_lookup_tokens_total{result=\"hit\"} 16",
+        "turbokv_put_blocks_total{result=\"OK\"} 1", "turbokv_blocks 1", "turbokv_namespaces 1",
+        "turbokv_codec_backend_info{backend=\"cpu-", "turbokv_codec_seconds_total{backend=\"cpu-",
+        "turbokv_compression_ratio", "turbokv_capacity_bytes",
+        "turbokv_rocksdb_pending_compaction_bytes", "turbokv_checksum_failures_total 0",
+        "turbokv_evictions_total 0"}) {
     EXPECT_NE(metrics.find(needle), std::string::npos) << needle << "\n" << metrics.substr(0, 4000);
   }
   EXPECT_EQ(server.Stop(SIGTERM), 0);

@@ -1,11 +1,10 @@
 // Namespace canonicalization, ids and registration (server/service/namespace_registry.h).
-#include "server/service/namespace_registry.h"
-
 #include <memory>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "server/service/codec_backend.h"
+#include "server/service/namespace_registry.h"
 #include "storage_test_util.h"
 #include "turbokv/codec/block_codec.h"
 
@@ -71,7 +70,11 @@ TEST(CanonicalizeTest, EveryIdentityFieldChangesTheId) {
   EXPECT_NE(id_with([](auto& d) { d.set_cache_salt("tenant-a"); }), base);
   EXPECT_NE(id_with([](auto& d) { d.set_model_revision("v2"); }), base);
   EXPECT_NE(id_with([](auto& d) { d.set_dtype(v1::DTYPE_BF16); }), base);
-  EXPECT_NE(id_with([](auto& d) { d.set_tp_size(2); d.set_tp_rank(1); }), base);
+  EXPECT_NE(id_with([](auto& d) {
+              d.set_tp_size(2);
+              d.set_tp_rank(1);
+            }),
+            base);
   EXPECT_NE(id_with([](auto& d) { d.set_block_tokens(256); }), base);
   EXPECT_NE(id_with([](auto& d) { d.mutable_codec()->set_preset("k3v3-g32"); }), base);
   EXPECT_NE(id_with([](auto& d) { d.mutable_codec()->set_rotation_seed(1); }), base);

@@ -1,8 +1,7 @@
-#include "server/storage/block_index.h"
-
 #include <string>
 
 #include "gtest/gtest.h"
+#include "server/storage/block_index.h"
 
 namespace turbokv::server {
 namespace {

@@ -1,7 +1,5 @@
 // BlockStore on a real RocksDB in a temporary directory, with random values that carry the
 // packed-block checksum trailer and a fake clock for leases and TTL.
-#include "server/storage/block_store.h"
-
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -13,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
+#include "server/storage/block_store.h"
 #include "storage_test_util.h"
 
 namespace turbokv::server {
@@ -238,7 +237,8 @@ TEST_F(BlockStoreTest, EvictsLeastRecentlyUsedDownToLowWatermark) {
   // high = 0.95 * 20.5c = 19.475c, low = 18.45c: the 20th block evicts two.
   auto s = Open(Options(20 * c + c / 2));
   Register(*s, kNs);
-  for (int i = 0; i < 19; ++i) ASSERT_TRUE(Put(*s, kNs, HashOf(i), MakeValue(kValueBytes, rng_)).ok());
+  for (int i = 0; i < 19; ++i)
+    ASSERT_TRUE(Put(*s, kNs, HashOf(i), MakeValue(kValueBytes, rng_)).ok());
   EXPECT_EQ(s->Stats().evicted_blocks, 0u);
   ASSERT_TRUE(Get(*s, kNs, HashOf(0)).has_value());  // uses: 0, 1 by get, 2 by lookup
   ASSERT_TRUE(Get(*s, kNs, HashOf(1)).has_value());
@@ -414,7 +414,7 @@ TEST_F(BlockStoreTest, TtlExpiresBlocksAfterLastPutOrGet) {
   ASSERT_TRUE(Put(*s, kNs2, HashOf(0), v).ok());
   clock_.now += 5;
   ASSERT_EQ(Get(*s, kNs, HashOf(0)), v);  // refreshes block 0 only
-  clock_.now += 5;                         // block 1: 10 s since its put
+  clock_.now += 5;                        // block 1: 10 s since its put
   EXPECT_EQ(Lookup(*s, kNs, {HashOf(0), HashOf(1)}), 1u);
   EXPECT_EQ(Get(*s, kNs, HashOf(1)), std::nullopt);
   clock_.now += 4;
