@@ -37,7 +37,7 @@
 namespace turbokv::cli {
 namespace {
 
-using client::Client;
+using Client = client::ShardedClient;
 using client::DType;
 
 struct BenchArgs {

@@ -17,7 +17,7 @@
 namespace turbokv::cli {
 namespace {
 
-using client::Client;
+using Client = client::ShardedClient;
 using client::DType;
 using client::NamespaceDescriptor;
 

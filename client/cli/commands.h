@@ -10,18 +10,22 @@
 #include "absl/status/status.h"
 #include "json_writer.h"
 #include "turbokv/client/client.h"
+#include "turbokv/client/sharded_client.h"
 
 namespace turbokv::cli {
 
 // Flags given before the subcommand.
 struct GlobalOptions {
-  std::string server = "127.0.0.1:50051";  // HOST:PORT
-  bool json = false;                       // one JSON object per command on stdout
-  double timeout_seconds = 60;             // per RPC, retries included
+  // HOST:PORT, a comma-separated list of them, or dns:///NAME:PORT (rendezvous.h); blocks are
+  // placed on the nodes by rendezvous hashing (sharded_client.h).
+  std::string server = "127.0.0.1:50051";
+  int replicas = 1;             // copies of each block (--replicas)
+  bool json = false;            // one JSON object per command on stdout
+  double timeout_seconds = 60;  // per RPC, retries included
 };
 
-// Runs a command against a connected client.
-using Action = std::function<absl::Status(const GlobalOptions&, const client::Client&)>;
+// Runs a command against the connected nodes (one node behaves as a plain Client).
+using Action = std::function<absl::Status(const GlobalOptions&, const client::ShardedClient&)>;
 
 void AddNamespaceCommands(CLI::App& app, Action* action);  // ns register
 void AddPutCommand(CLI::App& app, Action* action);

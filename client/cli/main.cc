@@ -35,8 +35,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   GlobalOptions g;
   if (const char* env = std::getenv("TURBOKV_SERVER"); env != nullptr && *env) g.server = env;
-  app.add_option("--server", g.server, "server address HOST:PORT (env TURBOKV_SERVER)")
+  app.add_option("--server", g.server,
+                 "server HOST:PORT, a list HOST:PORT,HOST:PORT,... or dns:///NAME:PORT (blocks are "
+                 "placed by rendezvous hashing; env TURBOKV_SERVER)")
       ->capture_default_str();
+  app.add_option("--replicas", g.replicas, "copies of each block across the servers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   app.add_flag("--json", g.json, "print one JSON object per command");
   app.add_option("--timeout", g.timeout_seconds, "deadline of each RPC in seconds")
       ->capture_default_str()
@@ -57,10 +62,11 @@ int main(int argc, char** argv) {
   }
   if (!action) return 2;
 
-  turbokv::client::ClientOptions options;
-  options.timeout = absl::Seconds(g.timeout_seconds);
-  absl::StatusOr<std::unique_ptr<turbokv::client::Client>> client =
-      turbokv::client::Client::Connect(g.server, options);
+  turbokv::client::ShardedClientOptions options;
+  options.client.timeout = absl::Seconds(g.timeout_seconds);
+  options.replicas = g.replicas;
+  absl::StatusOr<std::unique_ptr<turbokv::client::ShardedClient>> client =
+      turbokv::client::ShardedClient::Connect(g.server, options);
   if (!client.ok()) return Fail(g, client.status());
   absl::Status st = action(g, **client);
   if (!st.ok()) return Fail(g, st);

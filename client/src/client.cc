@@ -87,6 +87,11 @@ absl::Status ClientOptions::Validate() const {
   if (max_receive_message_bytes < (2 << 20)) {
     return absl::InvalidArgumentError("max_receive_message_bytes must be >= 2 MiB");
   }
+  if (max_reconnect_backoff != absl::ZeroDuration() &&
+      (max_reconnect_backoff < absl::Milliseconds(100) ||
+       max_reconnect_backoff > absl::Minutes(10))) {
+    return absl::InvalidArgumentError("max_reconnect_backoff must be 0 or in [100 ms, 10 min]");
+  }
   return absl::OkStatus();
 }
 
@@ -151,6 +156,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   // Our own retry loop handles UNAVAILABLE; gRPC's built-in retries would multiply attempts.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  if (options.max_reconnect_backoff > absl::ZeroDuration()) {
+    const int max_ms = static_cast<int>(absl::ToInt64Milliseconds(options.max_reconnect_backoff));
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(100, max_ms));
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(100, max_ms));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);

@@ -1,0 +1,119 @@
+// A client of many turbokv servers (DESIGN.md section 2, "Scaling past one machine").
+//
+// Placement: each block hash goes to the first R nodes of its rendezvous rank (rendezvous.h).
+// Batched calls are split per node, run concurrently (one thread per node and call), and the
+// answers merged in request order:
+//   PutBlocks     each block goes to all of its R owners; its result is OK when at least one
+//                 copy was stored, else the first owner's error (Unavailable when down).
+//   GetBlocks     each block is read from its owners in rank order; the first that has it
+//                 wins (blocks are named by their prefix hash: every copy is the same block).
+//   Lookup        each node is asked about the chain hashes it owns, in chain order, and
+//                 answers with its leading match; the chain matches up to the first block none
+//                 of whose owners has it. With R >= 2 one node's miss does not end the chain,
+//                 so owners still unknown at the first unresolved block are asked again from
+//                 there (R = 1 always takes one round).
+//   RegisterNamespace  on every node; a node that later answers NotFound for a namespace this
+//                 client registered (a new pod, a wiped volume) gets it registered again and
+//                 the call is retried once on it.
+//   DeleteBlocks  from every owner; returns the copies deleted.
+//   DropNamespace on every node; returns the blocks deleted (all copies).
+//   Stats         sums over the nodes that answer (NodeStats: per node).
+//
+// Failures: a node that fails with Unavailable or DeadlineExceeded is marked down for
+// ShardedClientOptions::node_down (skipped meanwhile) and costs misses: its blocks miss on
+// Lookup and GetBlocks (nothing, with R >= 2 and a live replica), and puts of blocks with no
+// live owner get a per-block Unavailable. The call itself fails only when no node could answer
+// (Unavailable; NotFound when every node said NotFound), or with the caller's own errors
+// (InvalidArgument, ...), as Client documents them.
+//
+// DNS targets are re-resolved on the first call after ShardedClientOptions::dns_refresh; a
+// failed resolution keeps the previous nodes.
+//
+// Thread safety: a ShardedClient is thread-safe; share one per process.
+#ifndef TURBOKV_CLIENT_SHARDED_CLIENT_H_
+#define TURBOKV_CLIENT_SHARDED_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "turbokv/client/client.h"
+
+namespace turbokv::client {
+
+struct ShardedClientOptions {
+  // Options of each per-node Client. Default: ClientOptions defaults with max_attempts 2 (a
+  // down node should cost little) and max_reconnect_backoff 1 s (a node that comes back is
+  // used again soon).
+  ClientOptions client = DefaultNodeOptions();
+  // Copies of each block (R). Range [1, 16]; capped at the number of nodes. Default: 1.
+  int replicas = 1;
+  // How long a node that failed is skipped. Range [0, 1 h]. Default: 5 s.
+  absl::Duration node_down = absl::Seconds(5);
+  // Re-resolution period of dns:/// endpoints. Range [1 s, 1 day]. Default: 30 s.
+  absl::Duration dns_refresh = absl::Seconds(30);
+
+  static ClientOptions DefaultNodeOptions();
+  [[nodiscard]] absl::Status Validate() const;
+};
+
+class ShardedClient {
+ public:
+  // `endpoints`: an endpoint spec (rendezvous.h), e.g. "10.0.0.1:50051,10.0.0.2:50051" or
+  // "dns:///turbokv.default.svc.cluster.local:50051". Resolves DNS items now; does not
+  // connect. InvalidArgument: bad spec or options. Unavailable: a name does not resolve.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShardedClient>> Connect(
+      absl::string_view endpoints, const ShardedClientOptions& options = {});
+  ~ShardedClient();
+  ShardedClient(const ShardedClient&) = delete;
+  ShardedClient& operator=(const ShardedClient&) = delete;
+
+  const ShardedClientOptions& options() const;
+  // Current node ids (re-resolving DNS items when due).
+  std::vector<std::string> Nodes() const;
+  // Node ids holding block_hash, preferred first.
+  std::vector<std::string> Owners(absl::string_view block_hash) const;
+  // Replaces the endpoint spec (e.g. after scaling); clients of remaining nodes are kept.
+  [[nodiscard]] absl::Status SetEndpoints(absl::string_view endpoints);
+
+  // Client's calls, over the cluster (semantics in the file comment).
+  [[nodiscard]] absl::StatusOr<NamespaceInfo> RegisterNamespace(
+      const NamespaceDescriptor& descriptor, const CallOptions& call = {}) const;
+  [[nodiscard]] absl::StatusOr<std::vector<BlockPutResult>> PutBlocks(
+      uint64_t namespace_id, absl::Span<const std::string> hashes,
+      absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding = Encoding::kRaw,
+      const CallOptions& call = {}) const;
+  [[nodiscard]] absl::StatusOr<LookupResult> Lookup(uint64_t namespace_id,
+                                                    absl::Span<const std::string> hashes,
+                                                    uint32_t lease_seconds = 0,
+                                                    const CallOptions& call = {}) const;
+  [[nodiscard]] absl::StatusOr<GetBlocksResult> GetBlocks(uint64_t namespace_id,
+                                                          absl::Span<const std::string> hashes,
+                                                          const GetOptions& get = {},
+                                                          const CallOptions& call = {}) const;
+  [[nodiscard]] absl::StatusOr<uint32_t> DeleteBlocks(uint64_t namespace_id,
+                                                      absl::Span<const std::string> hashes,
+                                                      const CallOptions& call = {}) const;
+  [[nodiscard]] absl::StatusOr<uint64_t> DropNamespace(uint64_t namespace_id,
+                                                       const CallOptions& call = {}) const;
+  // Sums of capacity, usage, blocks, bytes, evictions and checksum failures; namespaces merged
+  // by id; codec_backend / durability / version: the distinct values joined by ",".
+  [[nodiscard]] absl::StatusOr<ServerStats> Stats(const CallOptions& call = {}) const;
+  // Per node: its Stats or its error.
+  std::vector<std::pair<std::string, absl::StatusOr<ServerStats>>> NodeStats(
+      const CallOptions& call = {}) const;
+
+ private:
+  struct Impl;
+  explicit ShardedClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace turbokv::client
+
+#endif  // TURBOKV_CLIENT_SHARDED_CLIENT_H_

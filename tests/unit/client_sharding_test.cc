@@ -1,0 +1,175 @@
+// Rendezvous placement and endpoint parsing (client/include/turbokv/client/rendezvous.h) against
+// the vectors shared with the Python client (client/python/turbokv/rendezvous_vectors.json, also
+// checked by tests/python/test_cluster_rendezvous.py).
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "turbokv/client/rendezvous.h"
+#include "turbokv/client/sharded_client.h"
+
+namespace turbokv::client {
+namespace {
+
+google::protobuf::Struct LoadVectors() {
+  std::ifstream in(TURBOKV_RENDEZVOUS_VECTORS);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  google::protobuf::Struct doc;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(ss.str(), &doc).ok())
+      << "cannot parse " << TURBOKV_RENDEZVOUS_VECTORS;
+  return doc;
+}
+
+TEST(RendezvousTest, MatchesSharedVectors) {
+  const google::protobuf::Struct doc = LoadVectors();
+  std::vector<std::string> nodes;
+  for (const auto &n : doc.fields().at("nodes").list_value().values()) {
+    nodes.push_back(n.string_value());
+  }
+  const auto &cases = doc.fields().at("cases").list_value().values();
+  ASSERT_GE(cases.size(), 5);
+  for (const auto &c : cases) {
+    const auto &f = c.struct_value().fields();
+    const std::string hash = absl::HexStringToBytes(f.at("block_hash").string_value());
+    SCOPED_TRACE(f.at("block_hash").string_value());
+    for (const auto &[node, w] : f.at("weights").struct_value().fields()) {
+      uint64_t want = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(w.string_value(), &want));
+      EXPECT_EQ(RendezvousWeight(node, hash), want) << node;
+    }
+    const std::vector<size_t> rank = RendezvousRank(nodes, hash);
+    const auto &want_rank = f.at("rank").list_value().values();
+    ASSERT_EQ(rank.size(), static_cast<size_t>(want_rank.size()));
+    for (size_t i = 0; i < rank.size(); ++i) {
+      EXPECT_EQ(nodes[rank[i]], want_rank[i].string_value()) << "rank " << i;
+    }
+    const std::vector<size_t> two = RendezvousOwners(nodes, hash, 2);
+    ASSERT_EQ(two.size(), 2u);
+    EXPECT_EQ(two[0], rank[0]);
+    EXPECT_EQ(two[1], rank[1]);
+  }
+}
+
+TEST(RendezvousTest, WeightMatchesIndependentSha256) {
+  // `printf '127.0.0.1:50051\0' + bytes 0..31 | sha256sum`, first 16 hex digits (coreutils).
+  std::string hash;
+  for (int i = 0; i < 32; ++i) hash.push_back(static_cast<char>(i));
+  EXPECT_EQ(RendezvousWeight("127.0.0.1:50051", hash), 0xd589d599507e749aULL);
+}
+
+std::string Key(int i) {
+  std::string k = absl::StrCat("key ", i);
+  k.resize(32, '\x5a');
+  return k;
+}
+
+// Adding a node to N moves ~1/(N+1) of the keys, and only onto the new node.
+TEST(RendezvousTest, AddingANodeMovesAboutOneOverNKeys) {
+  for (int n : {3, 4, 8}) {
+    std::vector<std::string> before;
+    for (int i = 0; i < n; ++i) before.push_back(absl::StrCat("10.0.0.", i, ":50051"));
+    std::vector<std::string> after = before;
+    after.push_back(absl::StrCat("10.0.0.", n, ":50051"));
+    const int keys = 20000;
+    int moved = 0;
+    for (int i = 0; i < keys; ++i) {
+      const std::string k = Key(i);
+      const size_t a = RendezvousOwners(before, k, 1)[0];
+      const size_t b = RendezvousOwners(after, k, 1)[0];
+      if (before[a] != after[b]) {
+        EXPECT_EQ(b, static_cast<size_t>(n));
+        ++moved;
+      }
+    }
+    const double frac = static_cast<double>(moved) / keys;
+    std::printf("remap %d -> %d nodes: %.4f of keys moved (1/N = %.4f)\n", n, n + 1, frac,
+                1.0 / (n + 1));
+    EXPECT_NEAR(frac, 1.0 / (n + 1), 0.015);
+  }
+}
+
+TEST(RendezvousTest, OwnersAreDistinctAndCapped) {
+  const std::vector<std::string> nodes = {"a:1", "b:1", "c:1"};
+  for (int i = 0; i < 100; ++i) {
+    const std::vector<size_t> o = RendezvousOwners(nodes, Key(i), 2);
+    ASSERT_EQ(o.size(), 2u);
+    EXPECT_NE(o[0], o[1]);
+  }
+  EXPECT_EQ(RendezvousOwners(nodes, Key(0), 7).size(), 3u);
+  EXPECT_EQ(RendezvousOwners(nodes, Key(0), 0).size(), 1u);
+}
+
+TEST(EndpointsTest, ParsesStaticAndDnsItems) {
+  absl::StatusOr<std::vector<Endpoint>> eps =
+      ParseEndpoints("127.0.0.1:1, localhost:2,[::1]:3,dns:///svc.ns:50051");
+  ASSERT_TRUE(eps.ok()) << eps.status();
+  ASSERT_EQ(eps->size(), 4u);
+  EXPECT_EQ((*eps)[0].Spec(), "127.0.0.1:1");
+  EXPECT_EQ((*eps)[1].Spec(), "localhost:2");
+  EXPECT_EQ((*eps)[2].host, "::1");
+  EXPECT_EQ((*eps)[2].Spec(), "[::1]:3");
+  EXPECT_TRUE((*eps)[3].dns);
+  EXPECT_EQ((*eps)[3].Spec(), "dns:///svc.ns:50051");
+}
+
+TEST(EndpointsTest, RejectsBadSpecs) {
+  for (const char *bad : {"", "host", "host:0", "host:70000", ":5", "a:1,a:1", "dns://auth/x:1",
+                          "::1:5", "a:1,,b:2", "a:1x"}) {
+    absl::StatusOr<std::vector<Endpoint>> eps = ParseEndpoints(bad);
+    EXPECT_FALSE(eps.ok()) << bad;
+    if (!eps.ok()) {
+      EXPECT_EQ(eps.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    }
+  }
+}
+
+TEST(EndpointsTest, ResolvesDnsToIpNodes) {
+  absl::StatusOr<std::vector<Endpoint>> eps = ParseEndpoints("dns:///localhost:7000,10.1.2.3:9");
+  ASSERT_TRUE(eps.ok());
+  absl::StatusOr<std::vector<std::string>> nodes = ResolveEndpoints(*eps);
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  EXPECT_EQ(nodes->back(), "10.1.2.3:9");
+  bool loopback = false;
+  for (const std::string &n : *nodes) loopback |= n == "127.0.0.1:7000" || n == "[::1]:7000";
+  EXPECT_TRUE(loopback);
+  eps = ParseEndpoints("dns:///no-such-host.invalid:1");
+  ASSERT_TRUE(eps.ok());
+  EXPECT_EQ(ResolveEndpoints(*eps).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ShardedClientTest, ValidatesOptionsAndSpec) {
+  ShardedClientOptions o;
+  o.replicas = 0;
+  EXPECT_EQ(ShardedClient::Connect("127.0.0.1:1", o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShardedClient::Connect("nope").status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::unique_ptr<ShardedClient>> c =
+      ShardedClient::Connect("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->Nodes().size(), 3u);
+  EXPECT_EQ((*c)->Owners(Key(1)).size(), 1u);
+}
+
+// With every node unreachable the call fails with Unavailable; nothing else ever does.
+TEST(ShardedClientTest, AllNodesDownIsUnavailable) {
+  ShardedClientOptions o;
+  o.client.timeout = absl::Seconds(5);
+  absl::StatusOr<std::unique_ptr<ShardedClient>> c = ShardedClient::Connect("127.0.0.1:1", o);
+  ASSERT_TRUE(c.ok());
+  const std::vector<std::string> hashes = {Key(1), Key(2)};
+  EXPECT_EQ((*c)->Lookup(7, hashes).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*c)->GetBlocks(7, hashes).status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace turbokv::client
