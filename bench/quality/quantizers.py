@@ -1,0 +1,200 @@
+"""KV quantizers compared by the quality harness: turbokv codecs and the baselines.
+
+Every quantizer maps one layer's keys or values, float32 ``[T][num_kv_heads][head_dim]``
+already rounded to fp16 (the namespace dtype), to what the cache would hand back (float32).
+
+* turbokv rows use the codec library through its C ABI (``turbokv.codec.LocalCodec``): the
+  bytes are exactly what the server stores; bpv comes from the packed block size at
+  block_tokens 16 (header and checksum included).
+* ``fp8-e4m3``: vLLM's fp8 KV cache: one scale per tensor (per layer, K and V separately),
+  scale = amax / 448, values rounded to the nearest e4m3 number (round half to even,
+  3 mantissa bits, subnormals below 2^-6). bpv 8 (the per-layer scales are per model, not per
+  block).
+* ``kivi-{2,4}``: KIVI (Liu et al. 2024) style asymmetric integer quantization: keys grouped
+  per channel over 32 consecutive tokens, values per token over 32 consecutive channels,
+  min/max scale and zero-point in fp16. bpv = b + 2*16/32 = b + 1. KIVI's full-precision
+  window of recent tokens is not emulated (the seeds found it does not move perplexity).
+* ``turbo3`` / ``turbo4``: the llama.cpp fork formats, emulated as one-norm-per-head codecs:
+  the turbokv codec with g = head_dim (64 here) at 3 / 4 bits for K and V, norm correction on,
+  no QJL, i.e. 3.25 / 4.25 bpv at head_dim 64 (3.125 / 4.125 at head_dim 128).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from turbokv.codec import CodecParams, LocalCodec, preset_params
+
+BLOCK_TOKENS = 16
+
+
+# -- baselines ---------------------------------------------------------------------------------
+def fp8_e4m3_round(x: np.ndarray) -> np.ndarray:
+    """Nearest e4m3 (fn) value of x (|x| <= 448 assumed; saturates), round half to even."""
+    a = np.abs(x).astype(np.float64)
+    e = np.floor(np.log2(np.maximum(a, 2.0 ** -30)))
+    e = np.maximum(e, -6.0)  # subnormals share the step of the smallest normal binade
+    step = np.exp2(e - 3.0)
+    q = np.round(a / step) * step  # np.round: half to even
+    q = np.minimum(q, 448.0)
+    return (np.sign(x) * q).astype(np.float32)
+
+
+def fp8_per_tensor(x: np.ndarray) -> np.ndarray:
+    amax = float(np.max(np.abs(x)))
+    if amax == 0.0:
+        return x.astype(np.float32)
+    scale = np.float32(amax / 448.0)
+    return fp8_e4m3_round(x / scale) * scale
+
+
+def _minmax_quant(x: np.ndarray, bits: int, axis: int) -> np.ndarray:
+    """Asymmetric min/max quantization along ``axis`` (the group axis), fp16 scale and zero."""
+    lo = np.min(x, axis=axis, keepdims=True).astype(np.float16).astype(np.float32)
+    hi = np.max(x, axis=axis, keepdims=True)
+    levels = (1 << bits) - 1
+    scale = ((hi - lo) / levels).astype(np.float16).astype(np.float32)
+    safe = np.where(scale > 0, scale, 1.0)
+    q = np.clip(np.round((x - lo) / safe), 0, levels)
+    return (q * scale + lo).astype(np.float32)
+
+
+def kivi(x: np.ndarray, bits: int, is_key: bool, group: int = 32) -> np.ndarray:
+    """x: [T][H][D] float32. Keys: per channel, groups of ``group`` tokens (a trailing partial
+    group is its own group); values: per token, groups of ``group`` channels."""
+    T, H, D = x.shape
+    if is_key:
+        out = np.empty_like(x)
+        for t0 in range(0, T, group):
+            out[t0:t0 + group] = _minmax_quant(x[t0:t0 + group], bits, axis=0)
+        return out
+    g = min(group, D)
+    y = x.reshape(T, H, D // g, g)
+    return _minmax_quant(y, bits, axis=3).reshape(T, H, D)
+
+
+# -- rows --------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Row:
+    """One configuration under test.
+
+    kind: "codec" (turbokv codec: ``preset`` name or explicit ``params``), "fp8", "kivi",
+    "fp32" (no KV rounding at all; all_kv only: the model's own perplexity).
+    """
+    name: str
+    kind: str
+    family: str  # "turbokv preset", "turbokv ablation", "community (emulated)", "baseline"
+    preset: Optional[str] = None
+    params: Optional[CodecParams] = None
+    bits: int = 0
+    note: str = ""
+
+    def codec_params(self, head_dim: int) -> CodecParams:
+        return self.params if self.params is not None else preset_params(self.preset, head_dim)
+
+
+def _p(kb, vb, g=32, kq=False, vq=False, nc=True, kg=None, vg=None) -> CodecParams:
+    return CodecParams(key_bits=kb, key_group_size=kg or g, key_qjl=kq, value_bits=vb,
+                       value_group_size=vg or g, value_qjl=vq, norm_correction=nc)
+
+
+def all_rows() -> List[Row]:
+    """Every row of the evaluation, in report order."""
+    rows = [Row(p, "codec", "turbokv preset", preset=p)
+            for p in ("raw", "k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl")]
+    # Ablations at 2 and 3 bits: norm correction on/off x QJL (on K, as the preset) on/off.
+    # k3v3-g32 (correction on, no QJL) and k2qjl-v2-g32 (= k3v2-g32-qjl) are presets above.
+    for b in (3, 2):
+        for qjl in (False, True):
+            for nc in (True, False):
+                if nc and (b == 3 and not qjl or b == 2 and qjl):
+                    continue
+                name = "k%d%s-v%d-g32%s" % (b, "qjl" if qjl else "", b, "" if nc else "-nonc")
+                name = name.replace("k%d-v%d" % (b, b), "k%dv%d" % (b, b))
+                rows.append(Row(name, "codec", "turbokv ablation", params=_p(b, b, 32, kq=qjl,
+                                                                               nc=nc)))
+    # Group size: one norm per 64-d head (g = 64) against block-32, at 3 and 4 bits.
+    rows.append(Row("turbo3 (k3v3-g64)", "codec", "community (emulated)", params=_p(3, 3, 64),
+                    note="llama.cpp-fork turbo3 emulated: one fp16 norm per 64-d head, 3-bit"))
+    rows.append(Row("turbo4 (k4v4-g64)", "codec", "community (emulated)", params=_p(4, 4, 64),
+                    note="llama.cpp-fork turbo4 emulated: one fp16 norm per 64-d head, 4-bit"))
+    rows.append(Row("k3v3-g64-nonc", "codec", "turbokv ablation", params=_p(3, 3, 64, nc=False)))
+    rows.append(Row("fp8-e4m3", "fp8", "baseline", bits=8))
+    rows.append(Row("kivi-4", "kivi", "baseline", bits=4))
+    rows.append(Row("kivi-2", "kivi", "baseline", bits=2))
+    return rows
+
+
+def baseline_bpv(row: Row, head_dim: int) -> float:
+    if row.kind == "fp8":
+        return 8.0
+    if row.kind == "kivi":
+        return row.bits + 2 * 16 / 32
+    if row.kind == "fp32":
+        return 32.0
+    raise ValueError(row.kind)
+
+
+class LayerQuantizer:
+    """Applies one row to one layer's K or V: ``q(layer, kv, x[T][H][D]) -> x_hat``.
+
+    For codec rows the layer is encoded inside a block of ``layer + 1`` layers (the others
+    zero) so that the rotation signs and QJL matrix of that layer are the ones the server uses
+    (they are keyed by layer index); blocks are ``T`` tokens long, which gives the same bytes
+    per head vector as 16-token blocks (the codec works on head vectors independently).
+    """
+
+    def __init__(self, row: Row, num_layers: int, num_kv_heads: int, head_dim: int):
+        self.row = row
+        self.L, self.H, self.D = num_layers, num_kv_heads, head_dim
+        self._codecs: Dict[tuple, LocalCodec] = {}
+        if row.kind == "codec":
+            self.params = row.codec_params(head_dim)
+            ref = LocalCodec(num_layers, BLOCK_TOKENS, num_kv_heads, head_dim, self.params)
+            self.bpv = ref.bits_per_value
+            self.packed_block_bytes = ref.packed_bytes
+        else:
+            self.params = None
+            self.bpv = baseline_bpv(row, head_dim)
+            self.packed_block_bytes = None
+
+    def _codec(self, layer: int, T: int) -> LocalCodec:
+        n = self.L if self.params.protected_last_layers else layer + 1
+        key = (n, T)
+        c = self._codecs.get(key)
+        if c is None:
+            c = LocalCodec(n, T, self.H, self.D, self.params)
+            self._codecs[key] = c
+        return c
+
+    def layer_kv(self, layer: int, k: np.ndarray, v: np.ndarray):
+        """k, v: [T][H][D] float32 (fp16-representable). Returns (k_hat, v_hat) float32."""
+        r = self.row
+        if r.kind == "codec":
+            T = k.shape[0]
+            c = self._codec(layer, T)
+            block = np.zeros(c.shape, dtype=np.float16)
+            block[layer, 0] = k
+            block[layer, 1] = v
+            out = c.decode(c.encode(block), "fp32", layers=(layer, layer + 1))
+            return out[0, 0], out[0, 1]
+        if r.kind == "fp8":
+            return fp8_per_tensor(k), fp8_per_tensor(v)
+        if r.kind == "kivi":
+            return kivi(k, r.bits, True), kivi(v, r.bits, False)
+        if r.kind == "fp32":
+            return k, v
+        raise ValueError(r.kind)
+
+    def full_kv(self, kv: np.ndarray) -> np.ndarray:
+        """kv: [L][2][T][H][D] (fp16 values) -> float32 of the same shape, layer by layer."""
+        if self.row.kind == "codec" and kv.shape[0] == self.L:
+            c = self._codec(self.L - 1, kv.shape[2])  # all layers, one block of T tokens
+            return c.decode(c.encode(kv.astype(np.float16)), "fp32")
+        out = np.empty(kv.shape, dtype=np.float32)
+        for l in range(kv.shape[0]):
+            out[l, 0], out[l, 1] = self.layer_kv(l, kv[l, 0].astype(np.float32),
+                                                 kv[l, 1].astype(np.float32))
+        return out

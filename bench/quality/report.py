@@ -1,0 +1,291 @@
+"""Builds bench/results/quality.{json,md,png} (and quality_stats.json) from the protocol parts
+written by run.py. Run it alone with ``python bench/quality/run.py --report-only``."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+RAW = "raw"
+FP32 = "fp32 (no KV rounding)"
+
+
+def _load(path: str) -> Optional[dict]:
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def bootstrap_ci(nll: np.ndarray, ref: np.ndarray, count: np.ndarray, n: int,
+                 seed: int = 12345):
+    """Paired bootstrap over windows of the relative perplexity change (percent)."""
+    k = len(nll)
+    if k < 2 or n <= 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, k, size=(n, k))
+    d = (nll[idx].sum(1) - ref[idx].sum(1)) / count[idx].sum(1)
+    pct = np.expm1(d) * 100.0
+    return float(np.percentile(pct, 2.5)), float(np.percentile(pct, 97.5))
+
+
+def rows_of(part: dict, n_boot: int) -> List[dict]:
+    proto = part["protocol"]
+    k = int(part["windows_done"])
+    if k == 0:
+        return []
+    ref = np.asarray(part["ref"][:k], dtype=np.float64)
+    plan = part["plan"]
+    planned = plan["prefix_windows"] if proto == "prefix_reuse" else plan["all_windows"]
+    out = []
+    entries = list(part["rows"].items())
+    if proto == "prefix_reuse" and part.get("fp32"):
+        c = part["rows"][RAW]["count"] if RAW in part["rows"] else None
+        entries.append((FP32, dict(name=FP32, family="reference", kind="fp32", bpv=32.0,
+                                   nll=part["fp32"], count=c or [plan["cont_tokens"]] * k)))
+    for name, m in entries:
+        nll = np.asarray(m["nll"][:k], dtype=np.float64)
+        cnt = np.asarray(m["count"][:k], dtype=np.float64)
+        tokens = int(cnt.sum())
+        ppl = math.exp(nll.sum() / tokens)
+        ref_ppl = math.exp(ref.sum() / tokens)
+        delta = (math.exp((nll.sum() - ref.sum()) / tokens) - 1.0) * 100.0
+        lo, hi = bootstrap_ci(nll, ref, cnt, n_boot)
+        if name == RAW and delta == 0.0:
+            lo = hi = 0.0
+        r = dict(name=name, protocol=proto, family=m.get("family", ""), kind=m.get("kind", ""),
+                 bpv=round(float(m["bpv"]), 4), ppl=ppl, ref_ppl=ref_ppl,
+                 delta_ppl_pct=delta, ci_low_pct=lo, ci_high_pct=hi, tokens=tokens,
+                 windows=k, partial=k < planned,
+                 exact_equal_to_reference=bool(np.array_equal(nll, ref)))
+        for extra in ("note", "codec", "namespace_id", "server_bpv", "packed_block_bytes",
+                      "server_equals_local_codec", "attn_kl_per_layer", "k_norm_ratio_per_layer",
+                      "v_norm_ratio_per_layer"):
+            if m.get(extra) is not None and m.get(extra) != "":
+                r[extra] = m[extra]
+        if m.get("stored_values"):
+            r["stored_bpv"] = m["stored_bytes"] * 8.0 / m["stored_values"]
+        if r.get("attn_kl_per_layer"):
+            r["attn_kl_mean"] = float(np.mean(r["attn_kl_per_layer"]))
+        out.append(r)
+    return out
+
+
+def choose_default(rows: List[dict]) -> Optional[dict]:
+    cands = [r for r in rows if r["protocol"] == "prefix_reuse" and r["family"] ==
+             "turbokv preset" and r["name"] != RAW and r["delta_ppl_pct"] <= 1.0]
+    return min(cands, key=lambda r: r["bpv"]) if cands else None
+
+
+def _fmt_delta(r: Optional[dict]) -> str:
+    if r is None:
+        return "—"
+    s = "%+.3f%%" % r["delta_ppl_pct"]
+    if not math.isnan(r["ci_low_pct"]):
+        s += " [%+.2f, %+.2f]" % (r["ci_low_pct"], r["ci_high_pct"])
+    return s
+
+
+def _plot(rows: List[dict], path: str) -> Optional[str]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        return "matplotlib not available: %s" % e
+    colors = {"turbokv preset": "tab:blue", "turbokv ablation": "tab:cyan",
+              "community (emulated)": "tab:orange", "baseline": "tab:red"}
+    fig, axes = plt.subplots(1, 2, figsize=(14, 6), sharey=True)
+    for ax, proto in zip(axes, ("prefix_reuse", "all_kv")):
+        pts = [r for r in rows if r["protocol"] == proto and r["family"] in colors]
+        for fam, col in colors.items():
+            fr = [r for r in pts if r["family"] == fam]
+            if not fr:
+                continue
+            x = [r["bpv"] for r in fr]
+            y = [r["delta_ppl_pct"] for r in fr]
+            lo = [r["delta_ppl_pct"] - r["ci_low_pct"] if not math.isnan(r["ci_low_pct"])
+                  else 0 for r in fr]
+            hi = [r["ci_high_pct"] - r["delta_ppl_pct"] if not math.isnan(r["ci_high_pct"])
+                  else 0 for r in fr]
+            ax.errorbar(x, y, yerr=[lo, hi], fmt="o", color=col, label=fam, capsize=3, ms=5)
+            for r in fr:
+                ax.annotate(r["name"], (r["bpv"], r["delta_ppl_pct"]), fontsize=7,
+                            xytext=(4, 3), textcoords="offset points")
+        ax.axhline(1.0, color="gray", ls="--", lw=0.8)
+        ax.axhline(0.0, color="black", lw=0.5)
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_xlabel("bits per value (measured)")
+        tok = max([r["tokens"] for r in pts] or [0])
+        ax.set_title("%s (%d tokens per row)" % (proto, tok))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("Δ perplexity vs fp16 KV (%), 95% bootstrap CI")
+    axes[0].legend(loc="upper right", fontsize=8)
+    fig.suptitle("SmolLM2-135M, WikiText-2 test: perplexity change vs bits per value")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def _stats_md(stats: dict, all_rows: List[dict]) -> List[str]:
+    lines = []
+    cfgs = stats.get("configs", {})
+    if not cfgs:
+        return lines
+    lines += ["## Vector-level statistics (all_kv windows, real KV)", "",
+              "Relative MSE = mean over groups of ‖u − û‖²/‖u‖² (the quantity DESIGN.md §3's "
+              "g·MSE predicts), norm correction off unless marked; ratio = measured / theory.",
+              "", "| g | b | theory | K rel MSE | V rel MSE | all / theory | worst layer "
+              "ratio (K, V) | best layer ratio (K, V) | norm correction on: all / theory |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, c in cfgs.items():
+        if c["norm_correction"]:
+            continue
+        th = c["theory"]
+        k = np.asarray(c["rel_mse_per_layer_k"])
+        v = np.asarray(c["rel_mse_per_layer_v"])
+        on = cfgs.get(key.replace("-nonc", "-nc"))
+        lines.append("| %d | %d | %.5f | %.5f | %.5f | %.3f | %.3f, %.3f | %.3f, %.3f | %s |" % (
+            c["group_size"], c["bits"], th, k.mean(), v.mean(), c["rel_mse_all_over_theory"],
+            k.max() / th, v.max() / th, k.min() / th, v.min() / th,
+            "%.3f" % on["rel_mse_all_over_theory"] if on else "—"))
+    lines.append("")
+    c3 = cfgs.get("g32-b3-nonc")
+    c3on = cfgs.get("g32-b3-nc")
+    kl = {r["name"]: r for r in all_rows if r["protocol"] == "all_kv"
+          and r.get("attn_kl_per_layer")}
+    if c3 and "k_over_v_norm_per_layer" in stats:
+        lines += ["Per layer (g = 32, b = 3): relative MSE / theory with norm correction off, "
+                  "decoded/original norm ratio off → on, mean ‖K‖/‖V‖, and attention "
+                  "KL(exact ‖ quantized) in nats per query with the model's real queries.", "",
+                  "| layer | ‖K‖/‖V‖ | K MSE/th | V MSE/th | K norm ratio off→on | "
+                  "V norm ratio off→on | KL k3v3-g32-nonc | KL k3v3-g32 | KL turbo3 | KL fp8 | "
+                  "KL kivi-2 |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+                  "| --- |"]
+        th = c3["theory"]
+
+        def klv(name, l):
+            r = kl.get(name)
+            return "%.4f" % r["attn_kl_per_layer"][l] if r else "—"
+        for l in range(len(c3["rel_mse_per_layer_k"])):
+            lines.append("| %d | %.1f | %.3f | %.3f | %.3f → %.3f | %.3f → %.3f | %s | %s | %s "
+                         "| %s | %s |" % (
+                             l, stats["k_over_v_norm_per_layer"][l],
+                             c3["rel_mse_per_layer_k"][l] / th, c3["rel_mse_per_layer_v"][l] / th,
+                             c3["norm_ratio_per_layer_k"][l], c3on["norm_ratio_per_layer_k"][l],
+                             c3["norm_ratio_per_layer_v"][l], c3on["norm_ratio_per_layer_v"][l],
+                             klv("k3v3-g32-nonc", l), klv("k3v3-g32", l),
+                             klv("turbo3 (k3v3-g64)", l), klv("fp8-e4m3", l), klv("kivi-2", l)))
+        lines.append("")
+    return lines
+
+
+def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[str],
+          elapsed_s: Optional[float] = None) -> List[dict]:
+    parts = {p: _load(path) for p, path in paths.items()}
+    rows: List[dict] = []
+    for p in ("prefix_reuse", "all_kv"):
+        if parts.get(p):
+            rows += rows_of(parts[p], n_boot)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "quality.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    pr, ak = parts.get("prefix_reuse") or {}, parts.get("all_kv") or {}
+    stats = dict(ak.get("stats") or {})
+    meta_path = os.path.join(out_dir, "quality_meta.json")
+    old_meta = _load(meta_path) or {}
+    meta = dict(
+        command=command or old_meta.get("command"),
+        generated_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        elapsed_s=elapsed_s if elapsed_s is not None else old_meta.get("elapsed_s"),
+        greedy_sample=pr.get("greedy_sample"), prefix_reuse_plan=pr.get("plan"),
+        all_kv_plan=ak.get("plan"), hooked_forward_identical=ak.get("hooked_forward_identical"),
+        prefix_windows_done=pr.get("windows_done"), all_windows_done=ak.get("windows_done"),
+        kl_windows_done=ak.get("kl_windows_done"))
+    with open(os.path.join(out_dir, "quality_stats.json"), "w") as f:
+        json.dump(dict(meta, vector_stats=stats), f, indent=1)
+    with open(meta_path, "w") as f:
+        json.dump(meta, f, indent=1)
+    plot_err = _plot(rows, os.path.join(out_dir, "quality.png"))
+
+    by = {(r["name"], r["protocol"]): r for r in rows}
+    names = []
+    for r in rows:
+        if r["name"] not in names:
+            names.append(r["name"])
+    d = choose_default(rows)
+    partial = any(r["partial"] for r in rows)
+    L = ["# Perplexity per preset and baseline: SmolLM2-135M on WikiText-2 test", ""]
+    if partial:
+        L += ["**PARTIAL RESULTS**: the run did not finish every planned window; the token "
+              "counts below are what finished.", ""]
+    L += ["Generated %s UTC by `%s` (%s)." % (
+        meta["generated_utc"], meta["command"] or "?",
+        "%.0f s" % meta["elapsed_s"] if meta["elapsed_s"] else "time not recorded"), ""]
+    pp, ap_ = pr.get("plan") or {}, ak.get("plan") or {}
+    if pp:
+        L.append("* prefix_reuse: %d windows × (prefix %d tokens stored through turbokv-server, "
+                 "block_tokens 16, fetched RAW fp16 + %d teacher-forced tokens evaluated); "
+                 "reference = the same prefix KV in fp16 (what `raw` stores)." % (
+                     pr.get("windows_done", 0), pp["prefix_tokens"], pp["cont_tokens"]))
+    if ap_:
+        L.append("* all_kv: %d windows × %d tokens, every K and V entering attention "
+                 "quantized layer by layer (turbokv rows: the codec library via its C ABI, "
+                 "identical bytes to the server); reference = fp16 KV." % (
+                     ak.get("windows_done", 0), ap_["all_tokens"]))
+    ref_r = by.get((RAW, "all_kv"))
+    fp = by.get((FP32, "all_kv"))
+    if fp:
+        L.append("* Model's own perplexity (numpy fp32, exact KV, all_kv windows): **%.3f**; "
+                 "with fp16 KV: %.3f." % (fp["ppl"], fp["ref_ppl"]))
+    fpp = by.get((FP32, "prefix_reuse"))
+    if fpp:
+        L.append("* prefix_reuse continuation perplexity: fp32 KV %.3f, fp16 KV (reference) "
+                 "%.3f." % (fpp["ppl"], fpp["ref_ppl"]))
+    if pr.get("greedy_sample"):
+        L.append("* Greedy sample (exact KV): %r" % pr["greedy_sample"])
+    L.append("* CIs: 95%% paired bootstrap over windows (%d resamples)." % n_boot)
+    L.append("")
+    L += ["| row | family | bpv | prefix_reuse ppl | prefix_reuse Δppl [95% CI] | all_kv ppl | "
+          "all_kv Δppl [95% CI] | tokens (prefix_reuse / all_kv) | mean attn KL (nats) |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for n in names:
+        a, b = by.get((n, "prefix_reuse")), by.get((n, "all_kv"))
+        r0 = a or b
+        L.append("| %s | %s | %.3f | %s | %s | %s | %s | %s / %s | %s |" % (
+            n, r0["family"], r0["bpv"], "%.3f" % a["ppl"] if a else "—", _fmt_delta(a),
+            "%.3f" % b["ppl"] if b else "—", _fmt_delta(b), a["tokens"] if a else "—",
+            b["tokens"] if b else "—",
+            "%.4f" % b["attn_kl_mean"] if b and "attn_kl_mean" in b else "—"))
+    L.append("")
+    if d:
+        L += ["**Default preset**: `%s` — the lowest-bpv DESIGN.md §3 preset whose prefix-reuse "
+              "Δperplexity is ≤ 1%%: %.3f bpv, %s over %d tokens." % (
+                  d["name"], d["bpv"], _fmt_delta(d), d["tokens"]), ""]
+    else:
+        L += ["**Default preset**: no lossy preset stays within 1% on prefix reuse.", ""]
+    if by.get((RAW, "prefix_reuse")):
+        L.append("`raw` through the server: Δppl %+.3f%% (per-window NLL identical to the "
+                 "reference: %s)." % (by[(RAW, "prefix_reuse")]["delta_ppl_pct"],
+                                      by[(RAW, "prefix_reuse")]["exact_equal_to_reference"]))
+    eq = [r["name"] for r in rows if r.get("server_equals_local_codec") is False]
+    chk = [r for r in rows if "server_equals_local_codec" in r]
+    if chk:
+        L.append("Server GetBlocks RAW equals the local codec's decode bit for bit for %d of %d "
+                 "codec rows%s." % (len(chk) - len(eq), len(chk),
+                                     (" (differs: %s)" % ", ".join(eq)) if eq else ""))
+    L.append("")
+    L += _stats_md(stats, rows)
+    if plot_err:
+        L.append("Plot not written: %s" % plot_err)
+    else:
+        L.append("![Δppl vs bpv](quality.png)")
+    with open(os.path.join(out_dir, "quality.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+    return rows
