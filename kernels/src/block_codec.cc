@@ -50,15 +50,13 @@ std::shared_ptr<const std::vector<float>> MakeQjlMatrix(uint64_t key, int g) {
   return m;
 }
 
-absl::StatusOr<internal::GroupParams> ParamsFor(const BlockCodec::SectionPlan& plan,
-                                                bool norm_correction) {
+internal::GroupParams ParamsFor(const BlockCodec::SectionPlan& plan, bool norm_correction) {
   internal::GroupParams p;
   if (!plan.codec.quantized()) return p;
-  TURBOKV_ASSIGN_OR_RETURN(const Codebook* cb, GetCodebook(plan.codec.group_size, plan.codec.bits));
   p.g = plan.codec.group_size;
   p.bits = plan.codec.bits;
-  p.levels = cb->levels.data();
-  p.thresholds = cb->thresholds.data();
+  p.levels = plan.codebook->levels.data();
+  p.thresholds = plan.codebook->thresholds.data();
   p.norm_correction = norm_correction;
   p.sign_key = plan.sign_key;
   if (plan.codec.qjl) {
@@ -92,10 +90,10 @@ absl::StatusOr<BlockCodec> BlockCodec::Create(const BlockShape& shape, const Cod
             MakeQjlMatrix(internal::SectionKey(spec.qjl_seed, l, kv), plan.codec.group_size);
       }
       if (plan.codec.quantized()) {
-        // Build (and validate) the codebook now so Encode/Decode never fail on it.
-        TURBOKV_ASSIGN_OR_RETURN(const Codebook* cb,
+        plan.lane_sign_masks =
+            internal::LaneSignMasks(plan.sign_key, shape.head_dim, plan.codec.group_size);
+        TURBOKV_ASSIGN_OR_RETURN(plan.codebook,
                                  GetCodebook(plan.codec.group_size, plan.codec.bits));
-        (void)cb;
       }
       plan.offset = at;
       plan.bytes = SectionBytes(plan.codec, vectors, shape.head_dim, shape.dtype);
@@ -149,8 +147,9 @@ absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_
   const size_t section_raw = vectors * shape_.head_dim * DTypeSize(shape_.dtype);
   for (size_t s = 0; s < plans_.size(); ++s) {
     const SectionPlan& plan = plans_[s];
-    TURBOKV_ASSIGN_OR_RETURN(internal::GroupParams params, ParamsFor(plan, spec_.norm_correction));
-    SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype};
+    const internal::GroupParams params = ParamsFor(plan, spec_.norm_correction);
+    SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype,
+                   plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data()};
     const uint8_t* src = raw.data() + s * section_raw;
     uint8_t* dst = packed.data() + plan.offset;
     EncodeError err;
@@ -202,8 +201,9 @@ absl::Status BlockCodec::Decode(absl::Span<const uint8_t> packed, DType out_dtyp
   for (int l = range.begin; l < end; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
       const SectionPlan& plan = plans_[2 * l + kv];
-      TURBOKV_ASSIGN_OR_RETURN(internal::GroupParams params, ParamsFor(plan, spec_.norm_correction));
-      SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype};
+      const internal::GroupParams params = ParamsFor(plan, spec_.norm_correction);
+      SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype,
+                     plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data()};
       const uint8_t* src = packed.data() + plan.offset;
       uint8_t* dst = out.data() + (static_cast<size_t>(l - range.begin) * 2 + kv) * section_out;
       if (!(use_avx2 && internal::DecodeSectionAvx2(job, src, out_dtype, dst))) {

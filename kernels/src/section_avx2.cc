@@ -10,6 +10,7 @@
 // (< 8) groups of a section, and sections containing non-finite values or scales that overflow
 // fp16 (the scalar path then reports the exact position).
 #include <cstring>
+#include <type_traits>
 
 #include "section_codec.h"
 
@@ -134,9 +135,10 @@ inline void FwhtStageA(__m256 v[8]) {
 // FwhtInPlace: every butterfly sees the same operands.
 // `then(j, z)` maps each finished coordinate before it is stored (elementwise, so fusing it
 // here changes no result).
-template <typename Then>
-inline void FwhtStageB(__m256* x, int g, Then then) {
-  const int tiles = g / 8;
+template <int kG, typename Then>
+inline void FwhtStageB(__m256* x, Then then) {
+  constexpr int g = kG;
+  constexpr int tiles = g / 8;
   for (int c = 0; c < 8; ++c) {
     __m256 r[kMaxGroupSize / 8];
     for (int t = 0; t < tiles; ++t) r[t] = x[t * 8 + c];
@@ -149,8 +151,9 @@ inline void FwhtStageB(__m256* x, int g, Then then) {
   }
 }
 
-inline void FwhtStageB(__m256* x, int g) {
-  if (g > 8) FwhtStageB(x, g, [](int, __m256 z) { return z; });
+template <int kG>
+inline void FwhtStageB(__m256* x) {
+  if constexpr (kG > 8) FwhtStageB<kG>(x, [](int, __m256 z) { return z; });
 }
 
 // Per-section tables: codebook in registers and sign masks per lane phase.
@@ -242,10 +245,11 @@ inline void PackLanes(const __m256i* idx, int g, uint8_t* out, size_t index_byte
     }
   }
   if (off > 0) _mm256_store_si256(reinterpret_cast<__m256i*>(words[w++]), acc);
+  const size_t whole = index_bytes / 4;
   for (int l = 0; l < kLanes; ++l) {
-    uint32_t lane[kMaxGroupSize * 8 / 32 + 1];
-    for (int k = 0; k < w; ++k) lane[k] = words[k][l];
-    std::memcpy(out + l * index_bytes, lane, index_bytes);
+    uint8_t* p = out + l * index_bytes;
+    for (size_t k = 0; k < whole; ++k) std::memcpy(p + 4 * k, &words[k][l], 4);
+    if (whole < static_cast<size_t>(w)) std::memcpy(p + 4 * whole, &words[whole][l], index_bytes - 4 * whole);
   }
 }
 
@@ -253,10 +257,24 @@ template <int kBits>
 inline void UnpackLanes(const uint8_t* in, size_t index_bytes, int g, __m256i* idx) {
   alignas(32) uint32_t words[kMaxGroupSize * 8 / 32 + 2][kLanes];
   const int nw = static_cast<int>((index_bytes + 3) / 4);
-  for (int l = 0; l < kLanes; ++l) {
-    uint32_t lane[kMaxGroupSize * 8 / 32 + 2] = {};
-    std::memcpy(lane, in + l * index_bytes, index_bytes);
-    for (int k = 0; k < nw; ++k) words[k][l] = lane[k];
+  const size_t whole = index_bytes / 4;  // words fully inside the group's bytes
+  if (whole == static_cast<size_t>(nw)) {
+    // Whole words: gather word k of the 8 groups straight into a register (no scalar stores
+    // that a vector load would have to wait for).
+    const __m256i stride = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                              _mm256_set1_epi32(static_cast<int>(index_bytes)));
+    for (int k = 0; k < nw; ++k) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(words[k]),
+                         _mm256_i32gather_epi32(reinterpret_cast<const int*>(in + 4 * k), stride, 1));
+    }
+  } else for (int l = 0; l < kLanes; ++l) {
+    const uint8_t* p = in + l * index_bytes;
+    for (size_t k = 0; k < whole; ++k) std::memcpy(&words[k][l], p + 4 * k, 4);
+    if (whole < static_cast<size_t>(nw)) {
+      uint32_t last = 0;  // a partial last word (g·bits not a multiple of 32) is zero-padded
+      std::memcpy(&last, p + 4 * whole, index_bytes - 4 * whole);
+      words[whole][l] = last;
+    }
   }
   const __m256i mask = _mm256_set1_epi32((1 << kBits) - 1);
   int w = 0, off = 0;
@@ -274,32 +292,24 @@ inline void UnpackLanes(const uint8_t* in, size_t index_bytes, int g, __m256i* i
   }
 }
 
-// Sign masks (0 or 0x80000000) for coordinate j of each lane, for each lane phase.
-// Lane l of a batch starting at group i holds group-in-vector k = (i + l) mod G.
+// Sign masks (0 or 0x80000000) for coordinate j of each lane, for each lane phase, built once
+// per codec (BlockCodec::SectionPlan::lane_sign_masks). Lane l of a batch starting at group i
+// holds group-in-vector k = (i + l) mod G.
 struct SignTable {
   int groups_per_vector = 1;
   int g = 0;
-  std::vector<uint32_t> masks;  // [G phases][g][8]
+  const uint32_t* masks = nullptr;  // [G phases][g][8]
   const uint32_t* For(size_t first_group, int j) const {
     const int phase = static_cast<int>(first_group % groups_per_vector);
     return &masks[(static_cast<size_t>(phase) * g + j) * kLanes];
   }
 };
 
-SignTable MakeSigns(uint64_t key, int head_dim, int g) {
+SignTable MakeSigns(const SectionJob& job) {
   SignTable s;
-  s.g = g;
-  s.groups_per_vector = head_dim / g;
-  s.masks.resize(static_cast<size_t>(s.groups_per_vector) * g * kLanes);
-  for (int phase = 0; phase < s.groups_per_vector; ++phase) {
-    for (int j = 0; j < g; ++j) {
-      for (int l = 0; l < kLanes; ++l) {
-        const int k = (phase + l) % s.groups_per_vector;
-        s.masks[(static_cast<size_t>(phase) * g + j) * kLanes + l] =
-            SignNegative(key, k * g + j) ? 0x80000000u : 0u;
-      }
-    }
-  }
+  s.g = job.params.g;
+  s.groups_per_vector = job.head_dim / s.g;
+  s.masks = job.lane_sign_masks;
   return s;
 }
 
@@ -307,16 +317,44 @@ inline __m256 ApplySign(__m256 v, const uint32_t* mask) {
   return _mm256_xor_ps(v, _mm256_loadu_ps(reinterpret_cast<const float*>(mask)));
 }
 
+// Calls fn(integral_constant bits, integral_constant g) for the supported combinations; false
+// for anything else.
+template <typename Fn>
+bool DispatchGroup(int g, Fn fn) {
+  switch (g) {
+    case 8: return fn(std::integral_constant<int, 8>());
+    case 16: return fn(std::integral_constant<int, 16>());
+    case 32: return fn(std::integral_constant<int, 32>());
+    case 64: return fn(std::integral_constant<int, 64>());
+    case 128: return fn(std::integral_constant<int, 128>());
+    case 256: return fn(std::integral_constant<int, 256>());
+    default: return false;
+  }
+}
+
+template <typename Fn>
+bool DispatchBitsAndGroup(int bits, int g, Fn fn) {
+  auto with_bits = [&](auto b) { return DispatchGroup(g, [&](auto gc) { return fn(b, gc); }); };
+  switch (bits) {
+    case 1: return with_bits(std::integral_constant<int, 1>());
+    case 2: return with_bits(std::integral_constant<int, 2>());
+    case 3: return with_bits(std::integral_constant<int, 3>());
+    case 4: return with_bits(std::integral_constant<int, 4>());
+    case 8: return with_bits(std::integral_constant<int, 8>());
+    default: return false;
+  }
+}
+
 // Encodes groups [0, full) of a section, eight at a time (EncodeGroup, lane by lane). False:
 // a non-finite value or a scale that overflows fp16 was seen (the scalar path then reports it).
-template <int kBits>
+template <int kBits, int kG>
 bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
                    const uint8_t* src, uint8_t* dst) {
   const GroupParams& p = job.params;
-  const int g = p.g;
+  constexpr int g = kG;
   const size_t index_bytes = static_cast<size_t>(g) * kBits / 8;
   const Tables t = MakeTables(p);
-  const SignTable signs = MakeSigns(p.sign_key, job.head_dim, g);
+  const SignTable signs = MakeSigns(job);
   const __m256 hs = _mm256_set1_ps(HadamardScale(g));
   const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
 
@@ -341,7 +379,7 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
       for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
     }
     // Pass 2: the remaining FWHT stages, column by column.
-    FwhtStageB(x, g);
+    FwhtStageB<kG>(x);
     // Pass 3, in index order: normalize, quantize, accumulate ||y_hat||².
     const __m256 n = _mm256_sqrt_ps(ss);
     const __m256 c = _mm256_div_ps(hs, n);
@@ -363,25 +401,25 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
     const __m128i h_exp = _mm_and_si128(scale_h, _mm_set1_epi16(0x7C00));
     if (_mm_movemask_epi8(_mm_cmpeq_epi16(h_exp, _mm_set1_epi16(0x7C00))) != 0) return false;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + lay.scales + 2 * i), scale_h);
-    PackLanes<kBits>(idx, g, dst + lay.indices + i * index_bytes, index_bytes);
+    PackLanes<kBits>(idx, kG, dst + lay.indices + i * index_bytes, index_bytes);
   }
   return _mm256_testz_si256(bad, bad);
 }
 
 // Decodes groups [0, full) (DecodeGroup, lane by lane).
-template <int kBits>
+template <int kBits, int kG>
 void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
                    const uint8_t* src, DType out_dtype, uint8_t* out) {
   const GroupParams& p = job.params;
-  const int g = p.g;
+  constexpr int g = kG;
   const size_t index_bytes = static_cast<size_t>(g) * kBits / 8;
   const Tables t = MakeTables(p);
-  const SignTable signs = MakeSigns(p.sign_key, job.head_dim, g);
+  const SignTable signs = MakeSigns(job);
   const __m256 hs = _mm256_set1_ps(HadamardScale(g));
   alignas(32) __m256 x[kMaxGroupSize];
   alignas(32) __m256i idx[kMaxGroupSize];
   for (size_t i = 0; i < full; i += kLanes) {
-    UnpackLanes<kBits>(src + lay.indices + i * index_bytes, index_bytes, g, idx);
+    UnpackLanes<kBits>(src + lay.indices + i * index_bytes, index_bytes, kG, idx);
     for (int jc = 0; jc < g; jc += kLanes) {
       __m256 tile[kLanes];
       for (int c = 0; c < kLanes; ++c) tile[c] = Level<kBits>(t, idx[jc + c]);
@@ -391,7 +429,7 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
     // Remaining FWHT stages, then x_j = ±(z_j · m), column by column while in registers.
     const __m256 m = _mm256_mul_ps(
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + lay.scales + 2 * i))), hs);
-    FwhtStageB(x, g, [&](int j, __m256 z) { return ApplySign(_mm256_mul_ps(z, m), signs.For(i, j)); });
+    FwhtStageB<kG>(x, [&](int j, __m256 z) { return ApplySign(_mm256_mul_ps(z, m), signs.For(i, j)); });
     for (int jc = 0; jc < g; jc += kLanes) {
       __m256 tile[kLanes];
       for (int c = 0; c < kLanes; ++c) tile[c] = x[jc + c];
@@ -404,20 +442,16 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
 }  // namespace
 
 bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err) {
-  if (!Avx2Available() || !job.codec.quantized() || job.codec.qjl) return false;
+  if (!Avx2Available() || !job.codec.quantized() || job.codec.qjl || job.lane_sign_masks == nullptr) {
+    return false;
+  }
   const GroupParams& p = job.params;
   const int g = p.g;
   const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
   const size_t full = lay.groups / kLanes * kLanes;
-  bool ok = false;
-  switch (p.bits) {
-    case 1: ok = EncodeBatches<1>(job, lay, full, src, dst); break;
-    case 2: ok = EncodeBatches<2>(job, lay, full, src, dst); break;
-    case 3: ok = EncodeBatches<3>(job, lay, full, src, dst); break;
-    case 4: ok = EncodeBatches<4>(job, lay, full, src, dst); break;
-    case 8: ok = EncodeBatches<8>(job, lay, full, src, dst); break;
-    default: return false;
-  }
+  const bool ok = DispatchBitsAndGroup(p.bits, g, [&](auto bits, auto group) {
+    return EncodeBatches<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, dst);
+  });
   if (!ok) return false;
   // The remaining (< 8) groups take the scalar path (identical math).
   const size_t index_bytes = static_cast<size_t>(g) * p.bits / 8;
@@ -438,19 +472,18 @@ bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, 
 }
 
 bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out) {
-  if (!Avx2Available() || !job.codec.quantized() || job.codec.qjl) return false;
+  if (!Avx2Available() || !job.codec.quantized() || job.codec.qjl || job.lane_sign_masks == nullptr) {
+    return false;
+  }
   const GroupParams& p = job.params;
   const int g = p.g;
   const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
   const size_t full = lay.groups / kLanes * kLanes;
-  switch (p.bits) {
-    case 1: DecodeBatches<1>(job, lay, full, src, out_dtype, out); break;
-    case 2: DecodeBatches<2>(job, lay, full, src, out_dtype, out); break;
-    case 3: DecodeBatches<3>(job, lay, full, src, out_dtype, out); break;
-    case 4: DecodeBatches<4>(job, lay, full, src, out_dtype, out); break;
-    case 8: DecodeBatches<8>(job, lay, full, src, out_dtype, out); break;
-    default: return false;
-  }
+  const bool ok = DispatchBitsAndGroup(p.bits, g, [&](auto bits, auto group) {
+    DecodeBatches<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, out_dtype, out);
+    return true;
+  });
+  if (!ok) return false;
   const size_t index_bytes = static_cast<size_t>(g) * p.bits / 8;
   const int G = job.head_dim / g;
   float xs[kMaxGroupSize];

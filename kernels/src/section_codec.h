@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "group_math.h"
 #include "turbokv/codec/types.h"
@@ -20,7 +21,13 @@ struct SectionJob {
   int head_dim = 0;
   size_t vectors = 0;
   DType source = DType::kFloat16;  // dtype of the raw section
+  // [G][g][8] sign masks for the 8-lane path (LaneSignMasks), or null.
+  const uint32_t* lane_sign_masks = nullptr;
 };
+
+// Sign masks (0 or 0x80000000) for the 8-lane SIMD path: entry [phase][j][lane] is the sign of
+// coordinate ((phase + lane) mod G)·g + j of the head vector, G = head_dim / g.
+std::vector<uint32_t> LaneSignMasks(uint64_t sign_key, int head_dim, int g);
 
 // Where a section's parts start, relative to the section.
 struct SectionLayout {

@@ -34,6 +34,22 @@ SectionLayout LayoutOf(const SectionCodec& codec, size_t vectors, int head_dim, 
   return l;
 }
 
+std::vector<uint32_t> LaneSignMasks(uint64_t sign_key, int head_dim, int g) {
+  constexpr int kLanes = 8;
+  const int groups = head_dim / g;
+  std::vector<uint32_t> masks(static_cast<size_t>(groups) * g * kLanes);
+  for (int phase = 0; phase < groups; ++phase) {
+    for (int j = 0; j < g; ++j) {
+      for (int l = 0; l < kLanes; ++l) {
+        const int k = (phase + l) % groups;
+        masks[(static_cast<size_t>(phase) * g + j) * kLanes + l] =
+            SignNegative(sign_key, k * g + j) ? 0x80000000u : 0u;
+      }
+    }
+  }
+  return masks;
+}
+
 float LoadAsFloat(const uint8_t* p, DType dtype, size_t i) {
   switch (dtype) {
     case DType::kFloat16: {

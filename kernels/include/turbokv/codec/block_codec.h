@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "turbokv/codec/codebook.h"
 #include "turbokv/codec/types.h"
 
 namespace turbokv::codec {
@@ -112,6 +113,8 @@ class BlockCodec {
     SectionCodec codec;
     uint64_t sign_key = 0;
     std::shared_ptr<const std::vector<float>> qjl_matrix;  // [g][g] when codec.qjl
+    std::vector<uint32_t> lane_sign_masks;  // SIMD sign table (quantized sections)
+    const Codebook* codebook = nullptr;     // quantized sections (process-lifetime cache)
     size_t offset = 0;  // byte offset of the section in the packed block
     size_t bytes = 0;   // bytes of the section
   };
