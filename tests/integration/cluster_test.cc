@@ -311,5 +311,23 @@ TEST_F(ClusterTest, AddingAFourthNodeRemapsAboutAQuarter) {
   EXPECT_EQ(GetPacked(*c, ns, all), before);
 }
 
+// A dns:/// target resolves through getaddrinfo to ip:port nodes; with localhost -> 127.0.0.1
+// it is one of the servers and works like it.
+TEST_F(ClusterTest, DnsTargetResolvesToTheServer) {
+  const std::string addr = nodes_[0]->address();
+  const std::string port = addr.substr(addr.rfind(':') + 1);
+  absl::StatusOr<std::unique_ptr<ShardedClient>> c =
+      ShardedClient::Connect(absl::StrCat("dns:///localhost:", port));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<std::string> nodes = (*c)->Nodes();
+  if (nodes != std::vector<std::string>{addr}) {
+    GTEST_SKIP() << "localhost resolves to " << absl::StrJoin(nodes, ",") << ", not only " << addr;
+  }
+  std::vector<std::vector<std::string>> chains;
+  const uint64_t ns = PutAll(**c, "dns", &chains);
+  ASSERT_FALSE(HasFailure());
+  for (const auto &chain : chains) EXPECT_EQ(Lookup(**c, ns, chain), chain.size());
+}
+
 }  // namespace
 }  // namespace turbokv::client
