@@ -25,9 +25,10 @@ import urllib.request
 
 import numpy as np
 import pytest
-import yaml
 
 from conftest import REPO, find_server_binary, require_stubs
+
+yaml = pytest.importorskip("yaml")
 
 DASHBOARD = os.path.join(REPO, "deploy", "grafana", "turbokv-dashboard.json")
 RULES = os.path.join(REPO, "deploy", "prometheus", "turbokv-alerts.yaml")

@@ -239,9 +239,9 @@ class ShardedClient:
             self._block_tokens[info.namespace_id] = int(block_tokens)
         return info
 
-    def drop_namespace(self, namespace_id: int) -> int:
+    def drop_namespace(self, namespace_id: int, timeout: Optional[float] = None) -> int:
         """Drops the namespace on every node; returns the blocks deleted (all copies)."""
-        results = self._fan_out(None, {n: (lambda c: c.drop_namespace(namespace_id))
+        results = self._fan_out(None, {n: (lambda c: c.drop_namespace(namespace_id, timeout))
                                        for n in self.nodes()})
         self._raise_if_none_answered(results)
         with self._lock:
@@ -250,17 +250,19 @@ class ShardedClient:
 
     # -- put ---------------------------------------------------------------------------------
     def put_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                   blocks: Union[np.ndarray, Sequence[np.ndarray]]) -> List[BlockResult]:
+                   blocks: Union[np.ndarray, Sequence[np.ndarray]],
+                   timeout: Optional[float] = None) -> List[BlockResult]:
         """Client.put_blocks over the cluster (see the module docstring for the results)."""
         blocks = list(blocks)
         return self._put(namespace_id, hashes, blocks,
-                         lambda c, hs, bs: c.put_blocks(namespace_id, hs, bs))
+                         lambda c, hs, bs: c.put_blocks(namespace_id, hs, bs, timeout))
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          blocks: Sequence[bytes]) -> List[BlockResult]:
+                          blocks: Sequence[bytes],
+                          timeout: Optional[float] = None) -> List[BlockResult]:
         """Client.put_packed_blocks over the cluster."""
         return self._put(namespace_id, hashes, list(blocks),
-                         lambda c, hs, bs: c.put_packed_blocks(namespace_id, hs, bs))
+                         lambda c, hs, bs: c.put_packed_blocks(namespace_id, hs, bs, timeout))
 
     def _put(self, ns_id, hashes, blocks, put) -> List[BlockResult]:
         hashes = [bytes(h) for h in hashes]
@@ -296,8 +298,8 @@ class ShardedClient:
         return out
 
     # -- lookup ------------------------------------------------------------------------------
-    def lookup(self, namespace_id: int, hashes: Sequence[bytes],
-               lease_seconds: int = 0) -> LookupResult:
+    def lookup(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
+               timeout: Optional[float] = None) -> LookupResult:
         """Leading match of the prefix chain across the cluster (module docstring)."""
         hashes = [bytes(h) for h in hashes]
         n = len(hashes)
@@ -315,7 +317,7 @@ class ShardedClient:
         def ask(node):
             ps = positions[node][cursor[node]:]
             return self._on_node(node, namespace_id, lambda c: c.lookup(
-                namespace_id, [hashes[p] for p in ps], lease_seconds))
+                namespace_id, [hashes[p] for p in ps], lease_seconds, timeout))
 
         def run(round_nodes):
             results = self._fan_out_fn(round_nodes, ask)
@@ -364,15 +366,17 @@ class ShardedClient:
 
     # -- get ---------------------------------------------------------------------------------
     def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: Optional[str] = None,
-                   layers=None) -> List[Optional[np.ndarray]]:
+                   layers=None, timeout: Optional[float] = None) -> List[Optional[np.ndarray]]:
         """Client.get_blocks over the cluster: each block from the first owner that has it."""
         return self._get(namespace_id, hashes,
-                         lambda c, hs: c.get_blocks(namespace_id, hs, dtype=dtype, layers=layers))
+                         lambda c, hs: c.get_blocks(namespace_id, hs, dtype=dtype, layers=layers,
+                                                    timeout=timeout))
 
-    def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes]) -> List[Optional[bytes]]:
+    def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
+                          timeout: Optional[float] = None) -> List[Optional[bytes]]:
         """Client.get_packed_blocks over the cluster."""
         return self._get(namespace_id, hashes,
-                         lambda c, hs: c.get_packed_blocks(namespace_id, hs))
+                         lambda c, hs: c.get_packed_blocks(namespace_id, hs, timeout))
 
     def _get(self, ns_id, hashes, get) -> list:
         hashes = [bytes(h) for h in hashes]
@@ -407,7 +411,8 @@ class ShardedClient:
         return out
 
     # -- delete / stats ----------------------------------------------------------------------
-    def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes]) -> int:
+    def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
+                      timeout: Optional[float] = None) -> int:
         """Deletes the blocks from all their owners; returns the copies deleted."""
         hashes = [bytes(h) for h in hashes]
         nodes = self.nodes()
@@ -416,20 +421,21 @@ class ShardedClient:
             for n in self.owners(h, nodes):
                 per_node.setdefault(n, []).append(h)
         results = self._fan_out(namespace_id, {
-            n: (lambda c, hs=hs: c.delete_blocks(namespace_id, hs)) for n, hs in per_node.items()})
+            n: (lambda c, hs=hs: c.delete_blocks(namespace_id, hs, timeout))
+            for n, hs in per_node.items()})
         self._raise_if_none_answered(results)
         return sum(r for r in results.values() if not isinstance(r, _NodeDown))
 
-    def node_stats(self) -> Dict[str, Optional[dict]]:
+    def node_stats(self, timeout: Optional[float] = None) -> Dict[str, Optional[dict]]:
         """Client.stats of every node; None for a node that did not answer."""
-        results = self._fan_out(None, {n: (lambda c: c.stats()) for n in self.nodes()})
+        results = self._fan_out(None, {n: (lambda c: c.stats(timeout)) for n in self.nodes()})
         return {n: (None if isinstance(r, _NodeDown) else r) for n, r in results.items()}
 
-    def stats(self) -> dict:
+    def stats(self, timeout: Optional[float] = None) -> dict:
         """Sums of the nodes' counters (capacity_bytes, used_bytes, blocks, logical_bytes,
         evicted_blocks, checksum_failures), ``namespaces`` merged by id, and ``nodes``: the
         per-node answers (None when down). UNAVAILABLE when no node answers."""
-        per = self.node_stats()
+        per = self.node_stats(timeout)
         live = [s for s in per.values() if s is not None]
         if not live:
             raise TurboKVError(grpc.StatusCode.UNAVAILABLE, "no turbokv node answered")
