@@ -29,8 +29,7 @@ def main():
     ap.add_argument("--min-seconds", default="0.3")
     a = ap.parse_args()
     tool = f"{a.build}/bin/turbokv-codec"
-    common = ["--source", "random", "--vectors", str(a.vectors), "--head-dim", "128", "--seed", "7",
-              "--min-seconds", a.min_seconds]
+    common = ["--source", "random", "--vectors", str(a.vectors), "--head-dim", "128", "--seed", "7"]
     print("| g | b | rel_mse (nc off) | theory g·MSE | ratio | mean_cosine off | mean_cosine on | bpv |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     worst = 0.0
@@ -48,8 +47,8 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for preset in ("k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw"):
         for src in ("random", a.real):
-            args = common if src == "random" else ["--source", src, "--min-seconds", a.min_seconds]
-            r = run(tool, *args, "--preset", preset)
+            args = common if src == "random" else ["--source", src]
+            r = run(tool, *args, "--preset", preset, "--min-seconds", a.min_seconds)
             name = "random" if src == "random" else src.split("/")[-1]
             print(f"| {preset} | {name} | {r['rel_mse']:.6f} | {r['mean_cosine']:.6f} | {r['bpv']:.4f} | "
                   f"{r['encode_gbps']:.3f} | {r['decode_gbps']:.3f} | {r['memcpy_gbps']:.2f} | "
