@@ -45,7 +45,7 @@ std::vector<size_t> RendezvousRank(absl::Span<const std::string> node_ids,
   for (size_t i = 0; i < node_ids.size(); ++i) {
     w[i] = {RendezvousWeight(node_ids[i], block_hash), i};
   }
-  std::sort(w.begin(), w.end(), [&](const auto &a, const auto &b) {
+  std::sort(w.begin(), w.end(), [&](const auto& a, const auto& b) {
     if (a.first != b.first) return a.first > b.first;
     return node_ids[a.second] < node_ids[b.second];  // std::string compares bytewise
   });
@@ -111,7 +111,7 @@ absl::StatusOr<std::vector<Endpoint>> ParseEndpoints(absl::string_view spec) {
     }
     ep.host = std::string(host);
     ep.port = static_cast<uint16_t>(p);
-    for (const Endpoint &e : out) {
+    for (const Endpoint& e : out) {
       if (e.host == ep.host && e.port == ep.port && e.dns == ep.dns) return bad("listed twice");
     }
     out.push_back(std::move(ep));
@@ -122,11 +122,11 @@ absl::StatusOr<std::vector<Endpoint>> ParseEndpoints(absl::string_view spec) {
 namespace {
 
 // The A/AAAA addresses of `name` as ip:port node ids, IPv4 first, each family sorted.
-absl::StatusOr<std::vector<std::string>> ResolveName(const Endpoint &ep) {
+absl::StatusOr<std::vector<std::string>> ResolveName(const Endpoint& ep) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  addrinfo *res = nullptr;
+  addrinfo* res = nullptr;
   const int rc = getaddrinfo(ep.host.c_str(), nullptr, &hints, &res);
   if (rc != 0) {
     return absl::UnavailableError(
@@ -134,19 +134,19 @@ absl::StatusOr<std::vector<std::string>> ResolveName(const Endpoint &ep) {
   }
   std::set<std::pair<int, std::string>> v4,
       v6;  // (family, packed address) sorts by address
-  for (addrinfo *a = res; a != nullptr; a = a->ai_next) {
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     if (a->ai_family == AF_INET) {
-      const auto *sin = reinterpret_cast<const sockaddr_in *>(a->ai_addr);
-      v4.insert({AF_INET, std::string(reinterpret_cast<const char *>(&sin->sin_addr), 4)});
+      const auto* sin = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      v4.insert({AF_INET, std::string(reinterpret_cast<const char*>(&sin->sin_addr), 4)});
     } else if (a->ai_family == AF_INET6) {
-      const auto *sin6 = reinterpret_cast<const sockaddr_in6 *>(a->ai_addr);
-      v6.insert({AF_INET6, std::string(reinterpret_cast<const char *>(&sin6->sin6_addr), 16)});
+      const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      v6.insert({AF_INET6, std::string(reinterpret_cast<const char*>(&sin6->sin6_addr), 16)});
     }
   }
   freeaddrinfo(res);
   std::vector<std::string> out;
-  for (const auto *set : {&v4, &v6}) {
-    for (const auto &[family, packed] : *set) {
+  for (const auto* set : {&v4, &v6}) {
+    for (const auto& [family, packed] : *set) {
       char text[INET6_ADDRSTRLEN] = {};
       inet_ntop(family, packed.data(), text, sizeof(text));
       out.push_back(FormatHostPort(text, ep.port));
@@ -160,7 +160,7 @@ absl::StatusOr<std::vector<std::string>> ResolveName(const Endpoint &ep) {
 absl::StatusOr<std::vector<std::string>> ResolveEndpoints(absl::Span<const Endpoint> endpoints) {
   std::vector<std::string> out;
   std::set<std::string> seen;
-  for (const Endpoint &ep : endpoints) {
+  for (const Endpoint& ep : endpoints) {
     std::vector<std::string> ids;
     if (ep.dns) {
       absl::StatusOr<std::vector<std::string>> r = ResolveName(ep);
@@ -169,7 +169,7 @@ absl::StatusOr<std::vector<std::string>> ResolveEndpoints(absl::Span<const Endpo
     } else {
       ids.push_back(FormatHostPort(ep.host, ep.port));
     }
-    for (std::string &id : ids) {
+    for (std::string& id : ids) {
       if (seen.insert(id).second) out.push_back(std::move(id));
     }
   }

@@ -41,7 +41,7 @@ absl::Status ShardedClientOptions::Validate() const {
 namespace {
 
 // Errors that say "this node cannot answer now" rather than "the request is wrong".
-bool IsNodeFailure(const absl::Status &st) {
+bool IsNodeFailure(const absl::Status& st) {
   return st.code() == absl::StatusCode::kUnavailable ||
          st.code() == absl::StatusCode::kDeadlineExceeded ||
          st.code() == absl::StatusCode::kNotFound;
@@ -49,13 +49,13 @@ bool IsNodeFailure(const absl::Status &st) {
 
 // Runs fn(i) for i in [0, n) concurrently and waits for all.
 template <typename T>
-std::vector<T> RunAll(size_t n, const std::function<T(size_t)> &fn) {
+std::vector<T> RunAll(size_t n, const std::function<T(size_t)>& fn) {
   std::vector<std::future<T>> futures;
   futures.reserve(n);
   for (size_t i = 0; i < n; ++i) futures.push_back(std::async(std::launch::async, fn, i));
   std::vector<T> out;
   out.reserve(n);
-  for (auto &f : futures) out.push_back(f.get());
+  for (auto& f : futures) out.push_back(f.get());
   return out;
 }
 
@@ -75,7 +75,7 @@ struct ShardedClient::Impl {
 
   absl::Status SetNodes(std::vector<std::string> new_nodes) {
     std::lock_guard<std::mutex> lock(mu);
-    for (const std::string &n : new_nodes) {
+    for (const std::string& n : new_nodes) {
       if (clients.count(n)) continue;
       absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(n, options.client);
       if (!c.ok()) return c.status();
@@ -106,15 +106,15 @@ struct ShardedClient::Impl {
     }
     std::lock_guard<std::mutex> lock(mu);
     std::vector<std::shared_ptr<Client>> cs;
-    for (const std::string &n : nodes) cs.push_back(clients.at(n));
+    for (const std::string& n : nodes) cs.push_back(clients.at(n));
     return {nodes, cs};
   }
 
   // fn(client) on one node, honouring the down mark, re-registering on NotFound.
   template <typename T>
-  absl::StatusOr<T> OnNode(const std::string &node, const Client &client,
+  absl::StatusOr<T> OnNode(const std::string& node, const Client& client,
                            std::optional<uint64_t> ns,
-                           const std::function<absl::StatusOr<T>(const Client &)> &fn) {
+                           const std::function<absl::StatusOr<T>(const Client&)>& fn) {
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = down_until.find(node);
@@ -148,14 +148,14 @@ struct ShardedClient::Impl {
 
   // The call's error when no node answered: NotFound when every node said so, else Unavailable
   // naming each node's error. OK when some node answered.
-  static absl::Status NoneAnswered(const std::vector<std::string> &nodes,
-                                   const std::vector<absl::Status> &errors) {
+  static absl::Status NoneAnswered(const std::vector<std::string>& nodes,
+                                   const std::vector<absl::Status>& errors) {
     if (errors.empty() ||
-        std::any_of(errors.begin(), errors.end(), [](const absl::Status &s) { return s.ok(); })) {
+        std::any_of(errors.begin(), errors.end(), [](const absl::Status& s) { return s.ok(); })) {
       return absl::OkStatus();
     }
     if (std::all_of(errors.begin(), errors.end(),
-                    [](const absl::Status &s) { return absl::IsNotFound(s); })) {
+                    [](const absl::Status& s) { return absl::IsNotFound(s); })) {
       return errors.front();
     }
     std::vector<std::string> parts;
@@ -171,7 +171,7 @@ ShardedClient::ShardedClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 ShardedClient::~ShardedClient() = default;
 
 absl::StatusOr<std::unique_ptr<ShardedClient>> ShardedClient::Connect(
-    absl::string_view endpoints, const ShardedClientOptions &options) {
+    absl::string_view endpoints, const ShardedClientOptions& options) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -187,13 +187,13 @@ absl::Status ShardedClient::SetEndpoints(absl::string_view endpoints) {
   if (!nodes.ok()) return nodes.status();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->has_dns = std::any_of(eps->begin(), eps->end(), [](const Endpoint &e) { return e.dns; });
+    impl_->has_dns = std::any_of(eps->begin(), eps->end(), [](const Endpoint& e) { return e.dns; });
     impl_->endpoints = *std::move(eps);
   }
   return impl_->SetNodes(*std::move(nodes));
 }
 
-const ShardedClientOptions &ShardedClient::options() const { return impl_->options; }
+const ShardedClientOptions& ShardedClient::options() const { return impl_->options; }
 
 std::vector<std::string> ShardedClient::Nodes() const { return impl_->Snapshot().first; }
 
@@ -207,21 +207,21 @@ std::vector<std::string> ShardedClient::Owners(absl::string_view block_hash) con
 }
 
 absl::StatusOr<NamespaceInfo> ShardedClient::RegisterNamespace(
-    const NamespaceDescriptor &descriptor, const CallOptions &call) const {
+    const NamespaceDescriptor& descriptor, const CallOptions& call) const {
   auto [nodes, clients] = impl_->Snapshot();
   std::vector<absl::StatusOr<NamespaceInfo>> results =
       RunAll<absl::StatusOr<NamespaceInfo>>(nodes.size(), [&](size_t i) {
         return impl_->OnNode<NamespaceInfo>(
             nodes[i], *clients[i], std::nullopt,
-            [&](const Client &c) { return c.RegisterNamespace(descriptor, call); });
+            [&](const Client& c) { return c.RegisterNamespace(descriptor, call); });
       });
   std::vector<absl::Status> errors;
-  for (const auto &r : results) {
+  for (const auto& r : results) {
     if (!r.ok() && !IsNodeFailure(r.status())) return r.status();  // the caller's error
     errors.push_back(r.status());
   }
   if (absl::Status st = Impl::NoneAnswered(nodes, errors); !st.ok()) return st;
-  for (const auto &r : results) {
+  for (const auto& r : results) {
     if (!r.ok()) continue;
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->namespaces[r->namespace_id] = descriptor;
@@ -234,7 +234,7 @@ absl::StatusOr<NamespaceInfo> ShardedClient::RegisterNamespace(
 absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
     uint64_t namespace_id, absl::Span<const std::string> hashes,
     absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
-    const CallOptions &call) const {
+    const CallOptions& call) const {
   if (hashes.size() != blocks.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("PutBlocks got ", hashes.size(), " hashes but ", blocks.size(), " blocks"));
@@ -258,7 +258,7 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
     }
     return impl_->OnNode<std::vector<BlockPutResult>>(
         nodes[n], *clients[n], namespace_id,
-        [&](const Client &c) { return c.PutBlocks(namespace_id, hs, bs, encoding, call); });
+        [&](const Client& c) { return c.PutBlocks(namespace_id, hs, bs, encoding, call); });
   });
   std::vector<std::string> asked;
   std::vector<absl::Status> errors;
@@ -276,11 +276,11 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
   }
   std::vector<BlockPutResult> out(hashes.size());
   for (size_t i = 0; i < hashes.size(); ++i) {
-    const BlockPutResult *first = nullptr;
-    const BlockPutResult *ok = nullptr;
+    const BlockPutResult* first = nullptr;
+    const BlockPutResult* ok = nullptr;
     for (size_t n : owners[i]) {
       if (!results[n].ok()) continue;
-      const BlockPutResult &r = (*results[n])[where[n].at(i)];
+      const BlockPutResult& r = (*results[n])[where[n].at(i)];
       if (first == nullptr) first = &r;
       if (ok == nullptr && r.status.ok()) ok = &r;
     }
@@ -298,7 +298,7 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
 absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
                                                    absl::Span<const std::string> hashes,
                                                    uint32_t lease_seconds,
-                                                   const CallOptions &call) const {
+                                                   const CallOptions& call) const {
   auto [nodes, clients] = impl_->Snapshot();
   const size_t n = hashes.size();
   std::vector<std::vector<size_t>> owners(n);
@@ -321,7 +321,7 @@ absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
   std::vector<std::string> first_asked;
 
   // Asks each node in `ask` about its hashes from its cursor on; records what it says.
-  auto run = [&](const std::vector<size_t> &ask) -> absl::Status {
+  auto run = [&](const std::vector<size_t>& ask) -> absl::Status {
     std::vector<absl::StatusOr<LookupResult>> results =
         RunAll<absl::StatusOr<LookupResult>>(ask.size(), [&](size_t j) {
           const size_t k = ask[j];
@@ -331,11 +331,11 @@ absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
           }
           return impl_->OnNode<LookupResult>(
               nodes[k], *clients[k], namespace_id,
-              [&](const Client &c) { return c.Lookup(namespace_id, hs, lease_seconds, call); });
+              [&](const Client& c) { return c.Lookup(namespace_id, hs, lease_seconds, call); });
         });
     for (size_t j = 0; j < ask.size(); ++j) {
       const size_t k = ask[j];
-      const auto &r = results[j];
+      const auto& r = results[j];
       if (!r.ok() && !IsNodeFailure(r.status())) return r.status();
       if (!r.ok()) {
         for (size_t p = cursor[k]; p < positions[k].size(); ++p) known[positions[k][p]][k] = 0;
@@ -391,8 +391,8 @@ absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
 
 absl::StatusOr<GetBlocksResult> ShardedClient::GetBlocks(uint64_t namespace_id,
                                                          absl::Span<const std::string> hashes,
-                                                         const GetOptions &get,
-                                                         const CallOptions &call) const {
+                                                         const GetOptions& get,
+                                                         const CallOptions& call) const {
   auto [nodes, clients] = impl_->Snapshot();
   GetBlocksResult out;
   out.encoding = get.encoding;
@@ -421,11 +421,11 @@ absl::StatusOr<GetBlocksResult> ShardedClient::GetBlocks(uint64_t namespace_id,
       for (size_t i : per_node[k]) hs.push_back(hashes[i]);
       return impl_->OnNode<GetBlocksResult>(
           nodes[k], *clients[k], namespace_id,
-          [&](const Client &c) { return c.GetBlocks(namespace_id, hs, get, call); });
+          [&](const Client& c) { return c.GetBlocks(namespace_id, hs, get, call); });
     });
     for (size_t k = 0; k < nodes.size(); ++k) {
       if (per_node[k].empty()) continue;
-      Result &r = results[k];
+      Result& r = results[k];
       if (!r.ok() && !IsNodeFailure(r.status())) return r.status();
       asked.push_back(nodes[k]);
       errors.push_back(r.status());
@@ -455,10 +455,10 @@ absl::StatusOr<GetBlocksResult> ShardedClient::GetBlocks(uint64_t namespace_id,
 
 absl::StatusOr<uint32_t> ShardedClient::DeleteBlocks(uint64_t namespace_id,
                                                      absl::Span<const std::string> hashes,
-                                                     const CallOptions &call) const {
+                                                     const CallOptions& call) const {
   auto [nodes, clients] = impl_->Snapshot();
   std::vector<std::vector<std::string>> per_node(nodes.size());
-  for (const std::string &h : hashes) {
+  for (const std::string& h : hashes) {
     for (size_t k : RendezvousOwners(nodes, h, impl_->options.replicas)) {
       per_node[k].push_back(h);
     }
@@ -466,7 +466,7 @@ absl::StatusOr<uint32_t> ShardedClient::DeleteBlocks(uint64_t namespace_id,
   std::vector<absl::StatusOr<uint32_t>> results =
       RunAll<absl::StatusOr<uint32_t>>(nodes.size(), [&](size_t k) -> absl::StatusOr<uint32_t> {
         if (per_node[k].empty()) return 0u;
-        return impl_->OnNode<uint32_t>(nodes[k], *clients[k], namespace_id, [&](const Client &c) {
+        return impl_->OnNode<uint32_t>(nodes[k], *clients[k], namespace_id, [&](const Client& c) {
           return c.DeleteBlocks(namespace_id, per_node[k], call);
         });
       });
@@ -485,17 +485,17 @@ absl::StatusOr<uint32_t> ShardedClient::DeleteBlocks(uint64_t namespace_id,
 }
 
 absl::StatusOr<uint64_t> ShardedClient::DropNamespace(uint64_t namespace_id,
-                                                      const CallOptions &call) const {
+                                                      const CallOptions& call) const {
   auto [nodes, clients] = impl_->Snapshot();
   std::vector<absl::StatusOr<uint64_t>> results =
       RunAll<absl::StatusOr<uint64_t>>(nodes.size(), [&](size_t k) {
-        return impl_->OnNode<uint64_t>(nodes[k], *clients[k], std::nullopt, [&](const Client &c) {
+        return impl_->OnNode<uint64_t>(nodes[k], *clients[k], std::nullopt, [&](const Client& c) {
           return c.DropNamespace(namespace_id, call);
         });
       });
   uint64_t total = 0;
   std::vector<absl::Status> errors;
-  for (const auto &r : results) {
+  for (const auto& r : results) {
     if (!r.ok() && !IsNodeFailure(r.status())) return r.status();
     errors.push_back(r.status());
     if (r.ok()) total += *r;
@@ -507,29 +507,29 @@ absl::StatusOr<uint64_t> ShardedClient::DropNamespace(uint64_t namespace_id,
 }
 
 std::vector<std::pair<std::string, absl::StatusOr<ServerStats>>> ShardedClient::NodeStats(
-    const CallOptions &call) const {
+    const CallOptions& call) const {
   auto [nodes, clients] = impl_->Snapshot();
   std::vector<absl::StatusOr<ServerStats>> results =
       RunAll<absl::StatusOr<ServerStats>>(nodes.size(), [&](size_t k) {
         return impl_->OnNode<ServerStats>(nodes[k], *clients[k], std::nullopt,
-                                          [&](const Client &c) { return c.Stats(call); });
+                                          [&](const Client& c) { return c.Stats(call); });
       });
   std::vector<std::pair<std::string, absl::StatusOr<ServerStats>>> out;
   for (size_t k = 0; k < nodes.size(); ++k) out.emplace_back(nodes[k], std::move(results[k]));
   return out;
 }
 
-absl::StatusOr<ServerStats> ShardedClient::Stats(const CallOptions &call) const {
+absl::StatusOr<ServerStats> ShardedClient::Stats(const CallOptions& call) const {
   std::vector<std::pair<std::string, absl::StatusOr<ServerStats>>> per = NodeStats(call);
   ServerStats out;
   std::vector<std::string> nodes;
   std::vector<absl::Status> errors;
   std::vector<std::string> backends, durabilities, versions;
-  auto add_distinct = [](std::vector<std::string> *v, const std::string &s) {
+  auto add_distinct = [](std::vector<std::string>* v, const std::string& s) {
     if (std::find(v->begin(), v->end(), s) == v->end()) v->push_back(s);
   };
   std::map<uint64_t, size_t> ns_index;
-  for (auto &[node, r] : per) {
+  for (auto& [node, r] : per) {
     nodes.push_back(node);
     errors.push_back(r.status());
     if (!r.ok()) {
@@ -545,13 +545,13 @@ absl::StatusOr<ServerStats> ShardedClient::Stats(const CallOptions &call) const 
     add_distinct(&backends, r->codec_backend);
     add_distinct(&durabilities, r->durability);
     add_distinct(&versions, r->version);
-    for (const NamespaceStats &ns : r->namespaces) {
+    for (const NamespaceStats& ns : r->namespaces) {
       auto [it, inserted] = ns_index.emplace(ns.namespace_id, out.namespaces.size());
       if (inserted) {
         out.namespaces.push_back(ns);
         continue;
       }
-      NamespaceStats &m = out.namespaces[it->second];
+      NamespaceStats& m = out.namespaces[it->second];
       m.blocks += ns.blocks;
       m.stored_bytes += ns.stored_bytes;
       m.logical_bytes += ns.logical_bytes;

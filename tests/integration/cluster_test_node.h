@@ -29,12 +29,12 @@ class ClusterNode {
   explicit ClusterNode(std::string dir) : dir_(std::move(dir)) {
     std::filesystem::create_directories(dir_);
   }
-  ClusterNode(const ClusterNode &) = delete;
-  ClusterNode &operator=(const ClusterNode &) = delete;
+  ClusterNode(const ClusterNode&) = delete;
+  ClusterNode& operator=(const ClusterNode&) = delete;
   ~ClusterNode() { Stop(); }
 
   static std::string BinaryPath() {
-    if (const char *env = std::getenv("TURBOKV_SERVER_BIN"); env != nullptr && *env) return env;
+    if (const char* env = std::getenv("TURBOKV_SERVER_BIN"); env != nullptr && *env) return env;
     return TURBOKV_DEFAULT_SERVER_BIN;
   }
 
@@ -62,13 +62,13 @@ class ClusterNode {
     pid_ = fork();
     if (pid_ < 0) return absl::InternalError("fork failed");
     if (pid_ == 0) {
-      FILE *f = std::fopen(log.c_str(), "a");
+      FILE* f = std::fopen(log.c_str(), "a");
       if (f != nullptr) {
         dup2(fileno(f), 1);
         dup2(fileno(f), 2);
       }
-      std::vector<char *> argv;
-      for (std::string &a : args) argv.push_back(a.data());
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv(argv[0], argv.data());
       _exit(127);

@@ -33,22 +33,22 @@ google::protobuf::Struct LoadVectors() {
 TEST(RendezvousTest, MatchesSharedVectors) {
   const google::protobuf::Struct doc = LoadVectors();
   std::vector<std::string> nodes;
-  for (const auto &n : doc.fields().at("nodes").list_value().values()) {
+  for (const auto& n : doc.fields().at("nodes").list_value().values()) {
     nodes.push_back(n.string_value());
   }
-  const auto &cases = doc.fields().at("cases").list_value().values();
+  const auto& cases = doc.fields().at("cases").list_value().values();
   ASSERT_GE(cases.size(), 5);
-  for (const auto &c : cases) {
-    const auto &f = c.struct_value().fields();
+  for (const auto& c : cases) {
+    const auto& f = c.struct_value().fields();
     const std::string hash = absl::HexStringToBytes(f.at("block_hash").string_value());
     SCOPED_TRACE(f.at("block_hash").string_value());
-    for (const auto &[node, w] : f.at("weights").struct_value().fields()) {
+    for (const auto& [node, w] : f.at("weights").struct_value().fields()) {
       uint64_t want = 0;
       ASSERT_TRUE(absl::SimpleAtoi(w.string_value(), &want));
       EXPECT_EQ(RendezvousWeight(node, hash), want) << node;
     }
     const std::vector<size_t> rank = RendezvousRank(nodes, hash);
-    const auto &want_rank = f.at("rank").list_value().values();
+    const auto& want_rank = f.at("rank").list_value().values();
     ASSERT_EQ(rank.size(), static_cast<size_t>(want_rank.size()));
     for (size_t i = 0; i < rank.size(); ++i) {
       EXPECT_EQ(nodes[rank[i]], want_rank[i].string_value()) << "rank " << i;
@@ -123,7 +123,7 @@ TEST(EndpointsTest, ParsesStaticAndDnsItems) {
 }
 
 TEST(EndpointsTest, RejectsBadSpecs) {
-  for (const char *bad : {"", "host", "host:0", "host:70000", ":5", "a:1,a:1", "dns://auth/x:1",
+  for (const char* bad : {"", "host", "host:0", "host:70000", ":5", "a:1,a:1", "dns://auth/x:1",
                           "::1:5", "a:1,,b:2", "a:1x"}) {
     absl::StatusOr<std::vector<Endpoint>> eps = ParseEndpoints(bad);
     EXPECT_FALSE(eps.ok()) << bad;
@@ -140,7 +140,7 @@ TEST(EndpointsTest, ResolvesDnsToIpNodes) {
   ASSERT_TRUE(nodes.ok()) << nodes.status();
   EXPECT_EQ(nodes->back(), "10.1.2.3:9");
   bool loopback = false;
-  for (const std::string &n : *nodes) loopback |= n == "127.0.0.1:7000" || n == "[::1]:7000";
+  for (const std::string& n : *nodes) loopback |= n == "127.0.0.1:7000" || n == "[::1]:7000";
   EXPECT_TRUE(loopback);
   eps = ParseEndpoints("dns:///no-such-host.invalid:1");
   ASSERT_TRUE(eps.ok());
