@@ -2,7 +2,8 @@
 # Checks of deploy/ (about a minute on 2 cores once the packages are installed):
 #   1. installs what it needs when missing: Debian's `prometheus` (promtool + the server) and,
 #      into the build venv, kubernetes-validate (Kubernetes JSON schemas, offline) and PyYAML;
-#   2. promtool check rules + promtool test rules (a unit test per alert);
+#   2. promtool check config (the example scrape config), check rules, test rules (a unit test
+#      per alert);
 #   3. pytest deploy/test: manifests (kustomize-free rendering, schema validation for two
 #      Kubernetes versions, wiring, the server started with the rendered flags), Dockerfiles,
 #      dashboard freshness;
@@ -29,7 +30,8 @@ if ! "$PY" -c "import kubernetes_validate, yaml" 2> /dev/null; then
   "$PY" -m pip install -q --disable-pip-version-check "kubernetes-validate==1.37.0" "pyyaml>=6"
 fi
 
-log "promtool check rules / test rules"
+log "promtool check config / check rules / test rules"
+promtool check config deploy/prometheus/prometheus.yml
 promtool check rules deploy/prometheus/turbokv-alerts.yaml
 promtool test rules deploy/prometheus/turbokv-alerts.test.yaml
 
