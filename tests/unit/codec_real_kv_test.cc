@@ -5,7 +5,7 @@
 
 #include "codec_test_util.h"
 #include "gtest/gtest.h"
-#include "npy.h"
+#include "client/cli/npy.h"
 #include "turbokv/codec/block_codec.h"
 #include "turbokv/codec/codebook.h"
 
@@ -18,14 +18,14 @@ struct RealKv {
 };
 
 RealKv Load(const std::string& name) {
-  absl::StatusOr<tools::NpyArray> a = tools::ReadNpy(std::string(TURBOKV_FIXTURES_DIR) + "/" + name);
+  absl::StatusOr<cli::NpyArray> a = cli::ReadNpy(std::string(TURBOKV_FIXTURES_DIR) + "/" + name);
   EXPECT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->descr, "<f2");
   EXPECT_EQ(a->shape.size(), 5u);
   RealKv kv;
   kv.shape = {static_cast<int>(a->shape[0]), static_cast<int>(a->shape[2]),
               static_cast<int>(a->shape[3]), static_cast<int>(a->shape[4]), DType::kFloat16};
-  kv.raw = std::move(a->data);
+  kv.raw.assign(a->data.begin(), a->data.end());
   return kv;
 }
 

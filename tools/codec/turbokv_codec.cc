@@ -20,7 +20,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "npy.h"
+#include "client/cli/npy.h"
 #include "turbokv/codec/block_codec.h"
 #include "turbokv/codec/codebook.h"
 #include "turbokv/codec/float16.h"
@@ -109,7 +109,7 @@ absl::StatusOr<Workload> RandomWorkload(const EvalArgs& a) {
 }
 
 
-float ToFloat(const NpyArray& a, size_t i) {
+float ToFloat(const cli::NpyArray& a, size_t i) {
   uint16_t h;
   if (a.descr == "<f4") {
     float f;
@@ -122,7 +122,7 @@ float ToFloat(const NpyArray& a, size_t i) {
 
 // A raw-layout [L][2][T][H][D] .npy split into blocks of block_tokens tokens (fp16).
 absl::StatusOr<Workload> NpyWorkload(const EvalArgs& a) {
-  absl::StatusOr<NpyArray> arr = ReadNpy(a.source);
+  absl::StatusOr<cli::NpyArray> arr = cli::ReadNpy(a.source);
   if (!arr.ok()) return arr.status();
   const auto& s = arr->shape;
   if (s.size() != 5 || s[1] != 2) {
@@ -131,6 +131,10 @@ absl::StatusOr<Workload> NpyWorkload(const EvalArgs& a) {
         s.size(), " dimensions"));
   }
   Workload w;
+  if (arr->descr != "<f2" && arr->descr != "<f4" && arr->descr != "<u2") {
+    return absl::InvalidArgumentError(absl::StrCat(a.source, ": dtype ", arr->descr,
+                                                   " is not supported; expected <f2, <f4 or <u2 (bf16 bits)"));
+  }
   const int64_t L = s[0], T = s[2], H = s[3], D = s[4];
   const int bt = static_cast<int>(std::min<int64_t>(a.block_tokens, T));
   w.shape = {static_cast<int>(L), bt, static_cast<int>(H), static_cast<int>(D), DType::kFloat16};
