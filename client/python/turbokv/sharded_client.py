@@ -126,8 +126,10 @@ class ShardedClient:
                     self._clients[n] = Client(n, timeout=self.timeout,
                                               max_attempts=self.max_attempts,
                                               options=_CHANNEL_OPTIONS)
+            # Dropped, not closed: a call in flight may still use it (the channel closes when
+            # the last reference goes).
             for n in [n for n in self._clients if n not in nodes]:
-                self._clients.pop(n).close()
+                del self._clients[n]
 
     def set_endpoints(self, endpoints) -> None:
         """Replaces the endpoint list (same forms as the constructor), e.g. after scaling.
