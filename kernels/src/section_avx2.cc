@@ -317,6 +317,82 @@ inline __m256 ApplySign(__m256 v, const uint32_t* mask) {
   return _mm256_xor_ps(v, _mm256_loadu_ps(reinterpret_cast<const float*>(mask)));
 }
 
+// QJL sign bits of row i for 8 lanes as float masks (all ones = +1): bit i of each lane's
+// g/8 bytes, lanes' bytes at `bits + lane·(g/8)`.
+template <int kG>
+inline void QjlRowMasks(const uint8_t* bits, __m256* masks) {
+  for (int b = 0; b < kG / 8; ++b) {
+    const __m256i bytes = _mm256_setr_epi32(bits[b], bits[kG / 8 + b], bits[2 * (kG / 8) + b],
+                                            bits[3 * (kG / 8) + b], bits[4 * (kG / 8) + b],
+                                            bits[5 * (kG / 8) + b], bits[6 * (kG / 8) + b],
+                                            bits[7 * (kG / 8) + b]);
+    for (int k = 0; k < 8; ++k) {
+      const __m256i bit = _mm256_set1_epi32(1 << k);
+      masks[8 * b + k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bytes, bit), bit));
+    }
+  }
+}
+
+// y_hat'_c = level_c + (coef · residual) · Σ_i (±S[i][c]), the sum over i in order
+// (ReconstructRotated). Returns Σ_c y_hat'_c² in index order when `sum_squares`.
+template <int kG>
+inline __m256 QjlReconstruct(const GroupParams& p, const __m256* masks, __m256 residual,
+                             __m256* y_hat, bool sum_squares) {
+  const __m256 k = _mm256_mul_ps(_mm256_set1_ps(p.qjl_coef), residual);
+  __m256 yy = _mm256_setzero_ps();
+  for (int c = 0; c < kG; ++c) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < kG; ++i) {
+      const __m256 s = _mm256_set1_ps(p.qjl[i * kG + c]);
+      const __m256 ns = _mm256_set1_ps(-p.qjl[i * kG + c]);
+      acc = _mm256_add_ps(acc, _mm256_blendv_ps(ns, s, masks[i]));
+    }
+    y_hat[c] = _mm256_add_ps(y_hat[c], _mm256_mul_ps(k, acc));
+    if (sum_squares) yy = _mm256_add_ps(yy, _mm256_mul_ps(y_hat[c], y_hat[c]));
+  }
+  return yy;
+}
+
+// EncodeGroup step 4 for 8 groups: r = residuals (in), levels (in, becomes y_hat'); writes the
+// fp16 residual norms and the sign bits; returns ||y_hat'||². `keep`: lanes that are not zero
+// groups (zero groups store residual 0 and bits 0).
+template <int kG>
+inline __m256 EncodeQjl(const GroupParams& p, const __m256* r, __m256* levels, __m256 keep,
+                        uint8_t* residual_out, uint8_t* bits_out) {
+  __m256 rr = _mm256_setzero_ps();
+  for (int j = 0; j < kG; ++j) rr = _mm256_add_ps(rr, _mm256_mul_ps(r[j], r[j]));
+  alignas(16) uint16_t res[8];  // fp16 ||r||; 0 for zero groups
+  _mm_store_si128(reinterpret_cast<__m128i*>(res), _mm256_cvtps_ph(_mm256_sqrt_ps(rr), _MM_FROUND_TO_NEAREST_INT));
+  const int keep_bits = _mm256_movemask_ps(keep);
+  for (int l = 0; l < kLanes; ++l) {
+    if (!(keep_bits & (1 << l))) res[l] = 0;
+  }
+  std::memcpy(residual_out, res, sizeof(res));
+  alignas(32) uint8_t lane_bits[kLanes][kG / 8] = {};
+  __m256 masks[kG];
+  for (int i = 0; i < kG; ++i) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int c = 0; c < kG; ++c) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p.qjl[i * kG + c]), r[c]));
+    masks[i] = _mm256_and_ps(_mm256_cmp_ps(acc, _mm256_setzero_ps(), _CMP_GE_OQ), keep);
+    const int m = _mm256_movemask_ps(masks[i]);
+    for (int l = 0; l < kLanes; ++l) {
+      lane_bits[l][i >> 3] = static_cast<uint8_t>(lane_bits[l][i >> 3] | (((m >> l) & 1) << (i & 7)));
+    }
+  }
+  std::memcpy(bits_out, lane_bits, sizeof(lane_bits));
+  const __m256 residual = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(res)));
+  return QjlReconstruct<kG>(p, masks, residual, levels, /*sum_squares=*/true);
+}
+
+// DecodeGroup's y_hat' for 8 groups: y_hat holds the levels on entry.
+template <int kG>
+inline void DecodeQjl(const GroupParams& p, const uint8_t* residuals, const uint8_t* bits, __m256* y_hat) {
+  __m256 masks[kG];
+  QjlRowMasks<kG>(bits, masks);
+  const __m256 residual = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(residuals)));
+  QjlReconstruct<kG>(p, masks, residual, y_hat, /*sum_squares=*/false);
+}
+
 // Calls fn(integral_constant bits, integral_constant g) for the supported combinations; false
 // for anything else.
 template <typename Fn>
@@ -359,6 +435,7 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
   const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
 
   alignas(32) __m256 x[kMaxGroupSize];
+  alignas(32) __m256 lv[kMaxGroupSize];
   alignas(32) __m256i idx[kMaxGroupSize];
   __m256i bad = _mm256_setzero_si256();
   for (size_t i = 0; i < full; i += kLanes) {
@@ -389,11 +466,24 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
     const __m256i keep = _mm256_castps_si256(
         _mm256_xor_ps(zero_group, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
     __m256 yy = _mm256_setzero_ps();
-    for (int j = 0; j < g; ++j) {
-      const __m256i q = Quantize<kBits>(t, _mm256_mul_ps(x[j], c));
-      idx[j] = _mm256_and_si256(q, keep);
-      const __m256 lv = Level<kBits>(t, q);
-      yy = _mm256_add_ps(yy, _mm256_mul_ps(lv, lv));
+    if (p.qjl == nullptr) {
+      for (int j = 0; j < g; ++j) {
+        const __m256i q = Quantize<kBits>(t, _mm256_mul_ps(x[j], c));
+        idx[j] = _mm256_and_si256(q, keep);
+        const __m256 lv = Level<kBits>(t, q);
+        yy = _mm256_add_ps(yy, _mm256_mul_ps(lv, lv));
+      }
+    } else {
+      // QJL (EncodeGroup steps 4-5): x[j] becomes the residual r_j, lv[j] keeps the level.
+      for (int j = 0; j < g; ++j) {
+        const __m256 y = _mm256_mul_ps(x[j], c);
+        const __m256i q = Quantize<kBits>(t, y);
+        idx[j] = _mm256_and_si256(q, keep);
+        lv[j] = Level<kBits>(t, q);
+        x[j] = _mm256_sub_ps(y, lv[j]);
+      }
+      yy = EncodeQjl<kG>(p, x, lv, _mm256_castsi256_ps(keep),
+                         dst + lay.residuals + 2 * i, dst + lay.qjl_bits + i * (g / 8));
     }
     __m256 scale = p.norm_correction ? _mm256_div_ps(n, _mm256_sqrt_ps(yy)) : n;
     scale = _mm256_andnot_ps(zero_group, scale);  // +0 for zero groups
@@ -420,11 +510,17 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
   alignas(32) __m256i idx[kMaxGroupSize];
   for (size_t i = 0; i < full; i += kLanes) {
     UnpackLanes<kBits>(src + lay.indices + i * index_bytes, index_bytes, kG, idx);
-    for (int jc = 0; jc < g; jc += kLanes) {
-      __m256 tile[kLanes];
-      for (int c = 0; c < kLanes; ++c) tile[c] = Level<kBits>(t, idx[jc + c]);
-      FwhtStageA(tile);
-      for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
+    if (p.qjl == nullptr) {
+      for (int jc = 0; jc < g; jc += kLanes) {
+        __m256 tile[kLanes];
+        for (int c = 0; c < kLanes; ++c) tile[c] = Level<kBits>(t, idx[jc + c]);
+        FwhtStageA(tile);
+        for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
+      }
+    } else {
+      for (int j = 0; j < g; ++j) x[j] = Level<kBits>(t, idx[j]);
+      DecodeQjl<kG>(p, src + lay.residuals + 2 * i, src + lay.qjl_bits + i * (g / 8), x);
+      for (int jc = 0; jc < g; jc += kLanes) FwhtStageA(&x[jc]);
     }
     // Remaining FWHT stages, then x_j = ±(z_j · m), column by column while in registers.
     const __m256 m = _mm256_mul_ps(
@@ -442,7 +538,7 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
 }  // namespace
 
 bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err) {
-  if (!Avx2Available() || !job.codec.quantized() || job.codec.qjl || job.lane_sign_masks == nullptr) {
+  if (!Avx2Available() || !job.codec.quantized() || job.lane_sign_masks == nullptr) {
     return false;
   }
   const GroupParams& p = job.params;
@@ -466,13 +562,17 @@ bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, 
     if (!EncodeGroup(p, xs, static_cast<int>(gi % G) * g, &enc)) return false;
     std::memcpy(dst + lay.scales + 2 * gi, &enc.scale, 2);
     PackIndices(enc.idx, g, p.bits, dst + lay.indices + gi * index_bytes);
+    if (job.codec.qjl) {
+      std::memcpy(dst + lay.residuals + 2 * gi, &enc.residual, 2);
+      std::memcpy(dst + lay.qjl_bits + gi * (g / 8), enc.qjl_bits, g / 8);
+    }
   }
   err->kind = EncodeError::kNone;
   return true;
 }
 
 bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out) {
-  if (!Avx2Available() || !job.codec.quantized() || job.codec.qjl || job.lane_sign_masks == nullptr) {
+  if (!Avx2Available() || !job.codec.quantized() || job.lane_sign_masks == nullptr) {
     return false;
   }
   const GroupParams& p = job.params;
@@ -490,10 +590,15 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
   uint8_t idx_lane[kMaxGroupSize];
   const uint8_t zero_bits[kMaxGroupSize / 8] = {};
   for (size_t gi = full; gi < lay.groups; ++gi) {
-    uint16_t scale;
+    uint16_t scale, residual = 0;
     std::memcpy(&scale, src + lay.scales + 2 * gi, 2);
     UnpackIndices(src + lay.indices + gi * index_bytes, g, p.bits, idx_lane);
-    DecodeGroup(p, idx_lane, zero_bits, scale, 0, static_cast<int>(gi % G) * g, xs);
+    const uint8_t* qbits = zero_bits;
+    if (job.codec.qjl) {
+      std::memcpy(&residual, src + lay.residuals + 2 * gi, 2);
+      qbits = src + lay.qjl_bits + gi * (g / 8);
+    }
+    DecodeGroup(p, idx_lane, qbits, scale, residual, static_cast<int>(gi % G) * g, xs);
     for (int j = 0; j < g; ++j) StoreFromFloat(out, out_dtype, gi * g + j, xs[j]);
   }
   return true;
