@@ -84,6 +84,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port would then start and
+  // take half the connections. One port, one store.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(s->service_.get());
   s->grpc_server_ = builder.BuildAndStart();
   if (s->grpc_server_ == nullptr || s->port_ == 0) {

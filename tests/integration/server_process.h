@@ -46,8 +46,6 @@ class ServerProcess {
   bool Start() {
     const std::string port_file = (dir_ / ("port-" + std::to_string(++starts_))).string();
     std::vector<std::string> args = {TURBOKV_SERVER_BINARY,
-                                     "--listen",
-                                     "127.0.0.1:0",
                                      "--port-file",
                                      port_file,
                                      "--data-dir",
@@ -56,6 +54,9 @@ class ServerProcess {
                                      "2",
                                      "--shutdown-grace-ms",
                                      "2000"};
+    if (std::find(extra_args_.begin(), extra_args_.end(), "--listen") == extra_args_.end()) {
+      args.insert(args.end(), {"--listen", "127.0.0.1:0"});
+    }
     if (std::find(extra_args_.begin(), extra_args_.end(), "--metrics-listen") ==
         extra_args_.end()) {
       args.insert(args.end(), {"--metrics-listen", ""});  // off unless a test asks for it

@@ -762,6 +762,10 @@ TEST(ServerRpcTest, HealthMetricsAndCodecBackendSelection) {
         "turbokv_evictions_total 0"}) {
     EXPECT_NE(metrics.find(needle), std::string::npos) << needle << "\n" << metrics.substr(0, 4000);
   }
+  // A second server on the same port refuses to start (no SO_REUSEPORT sharing).
+  ServerProcess twin({"--listen", "127.0.0.1:" + std::to_string(server.port())});
+  EXPECT_FALSE(twin.Start());
+  EXPECT_NE(twin.Log().find("cannot listen"), std::string::npos) << twin.Log();
   EXPECT_EQ(server.Stop(SIGTERM), 0);
 
   // --codec-backend cuda without a CUDA backend: refuses to start, says why.
