@@ -21,6 +21,9 @@ log "ctest (unit, integration, gpu)"
 log "pytest"
 TURBOKV_BUILD_DIR="$PWD/$BUILD" "$BUILD/venv/bin/python" -m pytest -q tests/python
 
+log "deploy checks (manifests, Prometheus rules and scrape, Grafana queries)"
+BUILD="$BUILD" bash deploy/test/check.sh
+
 log "codec tests under ASan+UBSan"
 cmake -S . -B "$BUILD-asan" -DTURBOKV_SANITIZE=address,undefined -DTURBOKV_BUILD_SERVICE=OFF \
   -DTURBOKV_ENABLE_CUDA=OFF -DTURBOKV_BUILD_BENCH=OFF > "$BUILD-asan.configure.log" 2>&1

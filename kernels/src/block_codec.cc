@@ -149,7 +149,8 @@ absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_
     const SectionPlan& plan = plans_[s];
     const internal::GroupParams params = ParamsFor(plan, spec_.norm_correction);
     SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype,
-                   plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data()};
+                   plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data(),
+                   plan.codebook};
     const uint8_t* src = raw.data() + s * section_raw;
     uint8_t* dst = packed.data() + plan.offset;
     EncodeError err;
@@ -203,7 +204,8 @@ absl::Status BlockCodec::Decode(absl::Span<const uint8_t> packed, DType out_dtyp
       const SectionPlan& plan = plans_[2 * l + kv];
       const internal::GroupParams params = ParamsFor(plan, spec_.norm_correction);
       SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype,
-                     plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data()};
+                     plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data(),
+                   plan.codebook};
       const uint8_t* src = packed.data() + plan.offset;
       uint8_t* dst = out.data() + (static_cast<size_t>(l - range.begin) * 2 + kv) * section_out;
       if (!(use_avx2 && internal::DecodeSectionAvx2(job, src, out_dtype, dst))) {

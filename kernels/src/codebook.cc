@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -71,6 +72,35 @@ class Density {
   std::vector<double> cum_;
 };
 
+// Smallest power-of-two bucket count (from 2^b) for which no bucket holds more than two
+// thresholds.
+void BuildBuckets(Codebook& cb) {
+  const int n = static_cast<int>(cb.thresholds.size());
+  cb.thresholds_padded = cb.thresholds;
+  cb.thresholds_padded.push_back(std::numeric_limits<float>::infinity());
+  cb.thresholds_padded.push_back(std::numeric_limits<float>::infinity());
+  cb.bucket_lo = cb.thresholds.front();
+  const float span = cb.thresholds.back() - cb.thresholds.front();
+  for (int buckets = 1 << cb.bits; buckets <= (1 << 20); buckets *= 2) {
+    cb.buckets = buckets;
+    cb.bucket_scale = span > 0 ? static_cast<float>(buckets) / span : 1.0f;
+    std::vector<int> count(buckets, 0);
+    int worst = 0;
+    for (float t : cb.thresholds) worst = std::max(worst, ++count[CodebookBucket(cb, t)]);
+    if (worst <= 2) {
+      cb.bucket_base.assign(buckets, 0);
+      int below = 0;
+      for (int k = 0; k < buckets; ++k) {
+        cb.bucket_base[k] = below;
+        below += count[k];
+      }
+      (void)n;
+      return;
+    }
+  }
+  cb.buckets = 0;  // no table: the SIMD paths fall back to the binary search
+}
+
 Codebook Compute(int g, int bits) {
   const Density d((g - 3) / 2.0);
   const int levels = 1 << bits;
@@ -128,6 +158,7 @@ Codebook Compute(int g, int bits) {
   cb.thresholds_f64[m - 1] = 0.0;  // exact by symmetry
   for (double v : cb.levels_f64) cb.levels.push_back(static_cast<float>(v));
   for (double v : cb.thresholds_f64) cb.thresholds.push_back(static_cast<float>(v));
+  BuildBuckets(cb);
   return cb;
 }
 

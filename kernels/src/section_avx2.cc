@@ -166,13 +166,24 @@ struct Tables {
   __m256 lev_lo, lev_hi;  // levels 0..7 and 8..15 (b <= 4)
   const float* thresholds = nullptr;
   const float* levels = nullptr;
+  // b = 8: Codebook's bucket table (see CodebookBucket).
+  const int32_t* bucket_base = nullptr;
+  const float* thresholds_padded = nullptr;
+  __m256 bucket_lo, bucket_scale, bucket_top;
 };
 
-Tables MakeTables(const GroupParams& p) {
+Tables MakeTables(const GroupParams& p, const Codebook* cb) {
   Tables t;
   t.bits = p.bits;
   t.thresholds = p.thresholds;
   t.levels = p.levels;
+  if (cb != nullptr && cb->buckets > 0) {
+    t.bucket_base = cb->bucket_base.data();
+    t.thresholds_padded = cb->thresholds_padded.data();
+    t.bucket_lo = _mm256_set1_ps(cb->bucket_lo);
+    t.bucket_scale = _mm256_set1_ps(cb->bucket_scale);
+    t.bucket_top = _mm256_set1_ps(static_cast<float>(cb->buckets - 1));
+  }
   if (p.bits <= 4) {
     float thr[16], lev[16];
     const int n = 1 << p.bits;
@@ -205,6 +216,20 @@ inline __m256 Lookup16(__m256 lo, __m256 hi, __m256i idx) {
 // NearestLevel for 8 lanes: the same binary search, threshold fetched per lane.
 template <int kBits>
 inline __m256i Quantize(const Tables& t, __m256 y) {
+  if constexpr (kBits == 8) {
+    if (t.bucket_base != nullptr) {
+      // Bucket lookup (Codebook::bucket_base): the same float operations as CodebookBucket;
+      // max(f, 0) returns 0 for NaN lanes (zero groups), so indices stay valid.
+      __m256 f = _mm256_mul_ps(_mm256_sub_ps(y, t.bucket_lo), t.bucket_scale);
+      f = _mm256_min_ps(_mm256_max_ps(f, _mm256_setzero_ps()), t.bucket_top);
+      const __m256i base = _mm256_i32gather_epi32(t.bucket_base, _mm256_cvttps_epi32(f), 4);
+      const __m256 t0 = _mm256_i32gather_ps(t.thresholds_padded, base, 4);
+      const __m256 t1 = _mm256_i32gather_ps(t.thresholds_padded, _mm256_add_epi32(base, _mm256_set1_epi32(1)), 4);
+      const __m256i gt0 = _mm256_castps_si256(_mm256_cmp_ps(y, t0, _CMP_GT_OQ));
+      const __m256i gt1 = _mm256_castps_si256(_mm256_cmp_ps(y, t1, _CMP_GT_OQ));
+      return _mm256_sub_epi32(_mm256_sub_epi32(base, gt0), gt1);
+    }
+  }
   __m256i idx = _mm256_setzero_si256();
   for (int k = kBits - 1; k >= 0; --k) {
     __m256 thr;
@@ -429,7 +454,7 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
   const GroupParams& p = job.params;
   constexpr int g = kG;
   const size_t index_bytes = static_cast<size_t>(g) * kBits / 8;
-  const Tables t = MakeTables(p);
+  const Tables t = MakeTables(p, job.codebook);
   const SignTable signs = MakeSigns(job);
   const __m256 hs = _mm256_set1_ps(HadamardScale(g));
   const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
@@ -503,7 +528,7 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
   const GroupParams& p = job.params;
   constexpr int g = kG;
   const size_t index_bytes = static_cast<size_t>(g) * kBits / 8;
-  const Tables t = MakeTables(p);
+  const Tables t = MakeTables(p, job.codebook);
   const SignTable signs = MakeSigns(job);
   const __m256 hs = _mm256_set1_ps(HadamardScale(g));
   alignas(32) __m256 x[kMaxGroupSize];

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "group_math.h"
+#include "turbokv/codec/codebook.h"
 #include "turbokv/codec/types.h"
 
 namespace turbokv::codec::internal {
@@ -23,6 +24,7 @@ struct SectionJob {
   DType source = DType::kFloat16;  // dtype of the raw section
   // [G][g][8] sign masks for the 8-lane path (LaneSignMasks), or null.
   const uint32_t* lane_sign_masks = nullptr;
+  const Codebook* codebook = nullptr;  // quantized sections: levels, thresholds, bucket table
 };
 
 // Sign masks (0 or 0x80000000) for the 8-lane SIMD path: entry [phase][j][lane] is the sign of

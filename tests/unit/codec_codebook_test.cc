@@ -1,5 +1,6 @@
 // Codebooks: pinned against DESIGN.md section 3 and checked for Lloyd–Max optimality.
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -103,6 +104,31 @@ TEST_P(Optimality, LevelsAreCellMeansAndThresholdsAreMidpoints) {
 INSTANTIATE_TEST_SUITE_P(AllGroupsAndBits, Optimality,
                          testing::Combine(testing::Values(8, 16, 32, 64, 128, 256),
                                           testing::Values(1, 2, 3, 4, 8)));
+
+TEST_P(Optimality, BucketTableGivesTheNearestLevel) {
+  const auto [g, b] = GetParam();
+  const Codebook& cb = Get(g, b);
+  ASSERT_GT(cb.buckets, 0);
+  auto reference = [&](float y) {
+    int n = 0;
+    for (float t : cb.thresholds) n += y > t;
+    return n;
+  };
+  auto bucketed = [&](float y) {
+    const int base = cb.bucket_base[CodebookBucket(cb, y)];
+    return base + (y > cb.thresholds_padded[base]) + (y > cb.thresholds_padded[base + 1]);
+  };
+  std::vector<float> ys;
+  for (float t : cb.thresholds) {
+    ys.push_back(t);
+    ys.push_back(std::nextafter(t, -2.0f));
+    ys.push_back(std::nextafter(t, 2.0f));
+  }
+  std::mt19937 rng(g * 16 + b);
+  std::uniform_real_distribution<float> u(-1.05f, 1.05f);
+  for (int i = 0; i < 20000; ++i) ys.push_back(u(rng));
+  for (float y : ys) ASSERT_EQ(bucketed(y), reference(y)) << "y=" << y;
+}
 
 TEST(CodebookTest, RejectsUnsupportedParameters) {
   EXPECT_EQ(GetCodebook(24, 4).status().code(), absl::StatusCode::kInvalidArgument);

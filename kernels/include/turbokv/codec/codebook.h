@@ -9,6 +9,7 @@
 #ifndef TURBOKV_CODEC_CODEBOOK_H_
 #define TURBOKV_CODEC_CODEBOOK_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,7 +30,28 @@ struct Codebook {
   // g · E[(t − Q(t))²] under the exact density: the expected ||u − û||² of a unit group.
   double g_mse = 0;
   int iterations = 0;  // Lloyd iterations until the largest level moved less than 1e-14
+
+  // Acceleration table for the nearest-level search (used by the SIMD paths for b = 8; the
+  // result is always exactly #{i : y > thresholds[i]}). Bucket of y:
+  //   k = (int) clamp((y − bucket_lo) · bucket_scale, 0, buckets − 1)   (fp32, no FMA)
+  // bucket_base[k] = #{i : bucket(thresholds[i]) < k}; every bucket holds at most two
+  // thresholds, so idx = bucket_base[k] + (y > tp[bucket_base[k]]) + (y > tp[bucket_base[k]+1])
+  // with tp = thresholds followed by two +inf.
+  int buckets = 0;
+  float bucket_lo = 0;
+  float bucket_scale = 0;
+  std::vector<int32_t> bucket_base;        // [buckets]
+  std::vector<float> thresholds_padded;    // [2^b + 1]
 };
+
+// The bucket of y in `cb`'s acceleration table (the exact float operations the SIMD paths use).
+inline int CodebookBucket(const Codebook& cb, float y) {
+  float f = (y - cb.bucket_lo) * cb.bucket_scale;
+  if (!(f > 0.0f)) f = 0.0f;  // also NaN
+  const float top = static_cast<float>(cb.buckets - 1);
+  if (f > top) f = top;
+  return static_cast<int>(f);
+}
 
 // The codebook for group size g ∈ {8, 16, 32, 64, 128, 256} and b ∈ {1, 2, 3, 4, 8}.
 // Computed on first use by Lloyd iteration on a 1,000,001-point grid of [0, 1] (the density is
