@@ -1,7 +1,7 @@
 # Unit tests of the server: storage (RocksDB block store, index), options, namespace registry.
 include(GoogleTest)
-find_package(RocksDB CONFIG REQUIRED)
 if(TARGET turbokv_server_storage)
+  find_package(RocksDB CONFIG REQUIRED)
   add_executable(storage_unit_tests
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_index_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_store_test.cc)
