@@ -38,8 +38,9 @@ Fixture Make(const std::string& preset, int head_dim) {
 }
 
 void BM_Encode(benchmark::State& state, std::string preset, int head_dim, CpuIsa isa) {
-  if (isa == CpuIsa::kAvx2 && DetectCpuIsa() != CpuIsa::kAvx2) {
-    state.SkipWithError("no AVX2");
+  if (isa != CpuIsa::kScalar && (DetectCpuIsa() == CpuIsa::kScalar ||
+                                 (isa == CpuIsa::kAvx512 && DetectCpuIsa() != CpuIsa::kAvx512))) {
+    state.SkipWithError("CPU lacks this instruction set");
     return;
   }
   Fixture f = Make(preset, head_dim);
@@ -52,8 +53,9 @@ void BM_Encode(benchmark::State& state, std::string preset, int head_dim, CpuIsa
 }
 
 void BM_Decode(benchmark::State& state, std::string preset, int head_dim, CpuIsa isa) {
-  if (isa == CpuIsa::kAvx2 && DetectCpuIsa() != CpuIsa::kAvx2) {
-    state.SkipWithError("no AVX2");
+  if (isa != CpuIsa::kScalar && (DetectCpuIsa() == CpuIsa::kScalar ||
+                                 (isa == CpuIsa::kAvx512 && DetectCpuIsa() != CpuIsa::kAvx512))) {
+    state.SkipWithError("CPU lacks this instruction set");
     return;
   }
   Fixture f = Make(preset, head_dim);
@@ -67,7 +69,7 @@ void BM_Decode(benchmark::State& state, std::string preset, int head_dim, CpuIsa
 int Register() {
   for (const char* preset : kPresets) {
     for (int head_dim : {64, 128}) {
-      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kScalar}) {
+      for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kScalar}) {
         const std::string suffix = std::string(preset) + "/d" + std::to_string(head_dim) + "/" + CpuIsaName(isa);
         benchmark::RegisterBenchmark(("Encode/" + suffix).c_str(), BM_Encode, preset, head_dim, isa)
             ->Unit(benchmark::kMicrosecond);

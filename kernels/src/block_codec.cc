@@ -15,13 +15,17 @@ namespace turbokv::codec {
 using internal::EncodeError;
 using internal::SectionJob;
 
-CpuIsa DetectCpuIsa() { return internal::Avx2Available() ? CpuIsa::kAvx2 : CpuIsa::kScalar; }
+CpuIsa DetectCpuIsa() {
+  if (internal::Avx512Available()) return CpuIsa::kAvx512;
+  return internal::Avx2Available() ? CpuIsa::kAvx2 : CpuIsa::kScalar;
+}
 
 const char* CpuIsaName(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAuto: return "auto";
     case CpuIsa::kScalar: return "cpu-scalar";
     case CpuIsa::kAvx2: return "cpu-avx2";
+    case CpuIsa::kAvx512: return "cpu-avx512";
   }
   return "unknown";
 }
@@ -64,6 +68,17 @@ internal::GroupParams ParamsFor(const BlockCodec::SectionPlan& plan, bool norm_c
     p.qjl_coef = static_cast<float>(internal::kSqrtHalfPi / p.g);
   }
   return p;
+}
+
+// InvalidArgument when a specific path is requested that this CPU cannot run.
+absl::Status CheckIsa(CpuIsa isa) {
+  if (isa == CpuIsa::kAvx2 && !internal::Avx2Available()) {
+    return absl::InvalidArgumentError("cpu-avx2 was requested but this CPU lacks AVX2/FMA/F16C");
+  }
+  if (isa == CpuIsa::kAvx512 && !internal::Avx512Available()) {
+    return absl::InvalidArgumentError("cpu-avx512 was requested but this CPU lacks AVX-512 F/DQ/VL");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -138,10 +153,8 @@ absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_
     return absl::InvalidArgumentError(absl::StrCat("packed buffer is ", packed.size(),
                                                    " bytes; expected ", packed_bytes_));
   }
-  const bool use_avx2 = isa == CpuIsa::kAvx2 || (isa == CpuIsa::kAuto && internal::Avx2Available());
-  if (isa == CpuIsa::kAvx2 && !internal::Avx2Available()) {
-    return absl::InvalidArgumentError("cpu-avx2 was requested but this CPU lacks AVX2/FMA/F16C");
-  }
+  TURBOKV_RETURN_IF_ERROR(CheckIsa(isa));
+  const bool use_avx2 = isa != CpuIsa::kScalar && internal::Avx2Available();
   std::memcpy(packed.data(), header_.data(), header_.size());
   const size_t vectors = shape_.vectors_per_section();
   const size_t section_raw = vectors * shape_.head_dim * DTypeSize(shape_.dtype);
@@ -195,7 +208,9 @@ absl::Status BlockCodec::Decode(absl::Span<const uint8_t> packed, DType out_dtyp
     return absl::InvalidArgumentError(
         "packed block header does not match this codec (namespace, shape or codec differ)");
   }
-  const bool use_avx2 = isa == CpuIsa::kAvx2 || (isa == CpuIsa::kAuto && internal::Avx2Available());
+  TURBOKV_RETURN_IF_ERROR(CheckIsa(isa));
+  const bool use_avx2 = isa != CpuIsa::kScalar && internal::Avx2Available();
+  const bool use_avx512 = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512) && internal::Avx512Available();
   const int end = range.end < 0 ? shape_.num_layers : range.end;
   const size_t vectors = shape_.vectors_per_section();
   const size_t section_out = vectors * shape_.head_dim * DTypeSize(out_dtype);
@@ -208,7 +223,7 @@ absl::Status BlockCodec::Decode(absl::Span<const uint8_t> packed, DType out_dtyp
                    plan.codebook};
       const uint8_t* src = packed.data() + plan.offset;
       uint8_t* dst = out.data() + (static_cast<size_t>(l - range.begin) * 2 + kv) * section_out;
-      if (!(use_avx2 && internal::DecodeSectionAvx2(job, src, out_dtype, dst))) {
+      if (!(use_avx2 && internal::DecodeSectionAvx2(job, src, out_dtype, dst, use_avx512))) {
         internal::DecodeSectionScalar(job, src, out_dtype, dst);
       }
     }

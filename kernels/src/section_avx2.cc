@@ -6,9 +6,10 @@
 // bit (tests/unit/codec_isa_test.cc). Groups are transposed in 8x8 tiles so that coordinate j
 // of the eight groups sits in one register and every step is a vertical operation.
 //
-// Not vectorized (the scalar path runs them): QJL sections, raw and fp16 sections, the last
-// (< 8) groups of a section, and sections containing non-finite values or scales that overflow
-// fp16 (the scalar path then reports the exact position).
+// Not vectorized (the scalar path runs them): raw and fp16 sections, the last (< 8) groups of
+// a section, and sections containing non-finite values or scales that overflow fp16 (the
+// scalar path then reports the exact position). On CPUs with AVX-512 the decode of 1-4-bit
+// sections starts sixteen groups at a time (section_avx512.cc).
 #include <cstring>
 #include <type_traits>
 
@@ -17,6 +18,8 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <cpuid.h>
 #include <immintrin.h>
+
+#include "simd_avx2_common.h"  // kLanes, Transpose8x8, LoadRow, StoreRow, FWHT stages
 #define TURBOKV_HAVE_AVX2_BUILD 1
 #endif
 
@@ -46,115 +49,6 @@ bool Avx2Available() {
 }
 
 namespace {
-
-constexpr int kLanes = 8;
-
-inline void Transpose8x8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]);
-  const __m256 t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]);
-  const __m256 t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]);
-  const __m256 t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]);
-  const __m256 t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
-// Eight consecutive source values as floats (exact conversions).
-inline __m256 LoadRow(const uint8_t* src, DType dtype, size_t i) {
-  switch (dtype) {
-    case DType::kFloat16:
-      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
-    case DType::kBFloat16: {
-      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-    }
-    case DType::kFloat32:
-    default:
-      return _mm256_loadu_ps(reinterpret_cast<const float*>(src + 4 * i));
-  }
-}
-
-// Round-to-nearest-even float -> bf16 for finite values, as FloatToBFloat16.
-inline __m128i ToBFloat16(__m256 v) {
-  const __m256i x = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-  const __m128i lo = _mm256_castsi256_si128(r);
-  const __m128i hi = _mm256_extracti128_si256(r, 1);
-  return _mm_packus_epi32(lo, hi);  // values are < 65536: no saturation
-}
-
-inline void StoreRow(uint8_t* out, DType dtype, size_t i, __m256 v) {
-  switch (dtype) {
-    case DType::kFloat16:
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-      return;
-    case DType::kBFloat16:
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), ToBFloat16(v));
-      return;
-    case DType::kFloat32:
-      _mm256_storeu_ps(reinterpret_cast<float*>(out + 4 * i), v);
-      return;
-  }
-}
-
-inline void Butterfly(__m256& a, __m256& b) {
-  const __m256 s = _mm256_add_ps(a, b);
-  b = _mm256_sub_ps(a, b);
-  a = s;
-}
-
-// FWHT stages h = 1, 2, 4 on one tile of 8 consecutive coordinates (registers).
-inline void FwhtStageA(__m256 v[8]) {
-  for (int h = 1; h < 8; h <<= 1) {
-    for (int i = 0; i < 8; i += h << 1) {
-      for (int j = i; j < i + h; ++j) Butterfly(v[j], v[j + h]);
-    }
-  }
-}
-
-// FWHT stages h = 8 .. g/2: they pair coordinates of the same column (j mod 8), so each of the
-// 8 columns is transformed on its own, in registers. Together with stage A this is exactly
-// FwhtInPlace: every butterfly sees the same operands.
-// `then(j, z)` maps each finished coordinate before it is stored (elementwise, so fusing it
-// here changes no result).
-template <int kG, typename Then>
-inline void FwhtStageB(__m256* x, Then then) {
-  constexpr int g = kG;
-  constexpr int tiles = g / 8;
-  for (int c = 0; c < 8; ++c) {
-    __m256 r[kMaxGroupSize / 8];
-    for (int t = 0; t < tiles; ++t) r[t] = x[t * 8 + c];
-    for (int h = 1; h < tiles; h <<= 1) {
-      for (int i = 0; i < tiles; i += h << 1) {
-        for (int j = i; j < i + h; ++j) Butterfly(r[j], r[j + h]);
-      }
-    }
-    for (int t = 0; t < tiles; ++t) x[t * 8 + c] = then(t * 8 + c, r[t]);
-  }
-}
-
-template <int kG>
-inline void FwhtStageB(__m256* x) {
-  if constexpr (kG > 8) FwhtStageB<kG>(x, [](int, __m256 z) { return z; });
-}
 
 // Per-section tables: codebook in registers and sign masks per lane phase.
 struct Tables {
@@ -523,7 +417,7 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
 
 // Decodes groups [0, full) (DecodeGroup, lane by lane).
 template <int kBits, int kG>
-void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
+void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t begin, size_t full,
                    const uint8_t* src, DType out_dtype, uint8_t* out) {
   const GroupParams& p = job.params;
   constexpr int g = kG;
@@ -533,7 +427,7 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
   const __m256 hs = _mm256_set1_ps(HadamardScale(g));
   alignas(32) __m256 x[kMaxGroupSize];
   alignas(32) __m256i idx[kMaxGroupSize];
-  for (size_t i = 0; i < full; i += kLanes) {
+  for (size_t i = begin; i < full; i += kLanes) {
     UnpackLanes<kBits>(src + lay.indices + i * index_bytes, index_bytes, kG, idx);
     if (p.qjl == nullptr) {
       for (int jc = 0; jc < g; jc += kLanes) {
@@ -596,7 +490,8 @@ bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, 
   return true;
 }
 
-bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out) {
+bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out,
+                       bool allow_avx512) {
   if (!Avx2Available() || !job.codec.quantized() || job.lane_sign_masks == nullptr) {
     return false;
   }
@@ -604,8 +499,9 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
   const int g = p.g;
   const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
   const size_t full = lay.groups / kLanes * kLanes;
+  const size_t done = allow_avx512 ? DecodeSectionAvx512(job, lay, src, out_dtype, out) : 0;
   const bool ok = DispatchBitsAndGroup(p.bits, g, [&](auto bits, auto group) {
-    DecodeBatches<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, out_dtype, out);
+    DecodeBatches<decltype(bits)::value, decltype(group)::value>(job, lay, done, full, src, out_dtype, out);
     return true;
   });
   if (!ok) return false;
@@ -633,7 +529,7 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
 
 bool Avx2Available() { return false; }
 bool EncodeSectionAvx2(const SectionJob&, const uint8_t*, uint8_t*, EncodeError*) { return false; }
-bool DecodeSectionAvx2(const SectionJob&, const uint8_t*, DType, uint8_t*) { return false; }
+bool DecodeSectionAvx2(const SectionJob&, const uint8_t*, DType, uint8_t*, bool) { return false; }
 
 #endif
 

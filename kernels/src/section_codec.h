@@ -57,7 +57,15 @@ void DecodeSectionScalar(const SectionJob& job, const uint8_t* src, DType out_dt
 // handle the job (then the caller uses the scalar path).
 bool Avx2Available();
 bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err);
-bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out);
+// `allow_avx512`: decode the first groups sixteen at a time when the CPU has AVX-512.
+bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out,
+                       bool allow_avx512);
+
+// AVX-512 decode of the first (multiple of 16) groups of a quantized 1-4-bit non-QJL section;
+// returns how many groups it decoded (0 when it does not apply or the CPU lacks AVX-512).
+bool Avx512Available();
+size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
+                           DType out_dtype, uint8_t* out);
 
 // Element conversions used by both paths.
 float LoadAsFloat(const uint8_t* p, DType dtype, size_t i);

@@ -220,6 +220,7 @@ int RunEval(const EvalArgs& a) {
   codec::CpuIsa isa = codec::CpuIsa::kAuto;
   if (a.isa == "scalar") isa = codec::CpuIsa::kScalar;
   if (a.isa == "avx2") isa = codec::CpuIsa::kAvx2;
+  if (a.isa == "avx512") isa = codec::CpuIsa::kAvx512;
   if (isa == codec::CpuIsa::kAuto) isa = codec::DetectCpuIsa();
 
   absl::StatusOr<BlockCodec> c = BlockCodec::Create(w->shape, spec);
@@ -333,7 +334,7 @@ int main(int argc, char** argv) {
   eval->add_flag("--qjl", a.qjl, "add the 1-bit QJL residual");
   eval->add_option("--seed", a.seed, "random: seed of the vectors")->capture_default_str();
   eval->add_flag("--json", a.json, "print one JSON object");
-  eval->add_option("--isa", a.isa, "CPU path: auto|scalar|avx2")->capture_default_str();
+  eval->add_option("--isa", a.isa, "CPU path: auto|scalar|avx2|avx512")->capture_default_str();
   eval->add_option("--layers", a.layers, "random: layers per block")->capture_default_str();
   eval->add_option("--block-tokens", a.block_tokens, "tokens per block")->capture_default_str();
   eval->add_option("--num-kv-heads", a.num_kv_heads, "random: KV heads per block")->capture_default_str();

@@ -24,8 +24,9 @@
 namespace turbokv::codec {
 
 // Which CPU code path runs the per-group math. All give identical packed bytes and identical
-// decoded values; kAuto picks AVX2+FMA+F16C when the CPU has them (checked at run time).
-enum class CpuIsa { kAuto, kScalar, kAvx2 };
+// decoded values; kAuto picks the best the CPU has (checked at run time): kAvx512 (AVX2 paths
+// plus a 16-lane AVX-512 decode of 1-4-bit sections), else kAvx2 (AVX2+FMA+F16C), else kScalar.
+enum class CpuIsa { kAuto, kScalar, kAvx2, kAvx512 };
 // The path kAuto resolves to on this CPU.
 CpuIsa DetectCpuIsa();
 const char* CpuIsaName(CpuIsa isa);

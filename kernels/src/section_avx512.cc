@@ -1,0 +1,172 @@
+// AVX-512 decode: sixteen groups at a time (one per 32-bit lane of a zmm register), for
+// quantized sections of 1-4 bits without QJL. Each lane performs DecodeGroup's float
+// operations in DecodeGroup's order — the same as the 8-lane AVX2 path — so the output is
+// identical to the scalar path's (tests/unit/codec_isa_test.cc). The 16-entry codebook fits
+// one register, so a level lookup is a single vpermps.
+#include <cstring>
+#include <type_traits>
+
+#include "section_codec.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX2__) && defined(__F16C__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include "simd_avx2_common.h"
+#define TURBOKV_HAVE_AVX512_BUILD 1
+#endif
+
+namespace turbokv::codec::internal {
+
+#if TURBOKV_HAVE_AVX512_BUILD
+
+namespace {
+
+// CPUID leaf 7 EBX: AVX512F bit 16, AVX512DQ bit 17, AVX512VL bit 31; XCR0 must enable the
+// opmask and both ZMM state components (bits 5-7) besides SSE/AVX (bits 1-2).
+bool DetectAvx512() {
+  if (!Avx2Available()) return false;
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!(b & (1u << 16)) || !(b & (1u << 17)) || !(b & (1u << 31))) return false;
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0xE6u) == 0xE6u;
+}
+
+constexpr int kLanes16 = 16;
+
+template <int kBits>
+inline void UnpackLanes16(const uint8_t* in, size_t index_bytes, int g, __m512i* idx) {
+  alignas(64) uint32_t words[kMaxGroupSize * 8 / 32 + 2][kLanes16];
+  const int nw = static_cast<int>((index_bytes + 3) / 4);
+  const size_t whole = index_bytes / 4;
+  if (whole == static_cast<size_t>(nw)) {
+    const __m512i stride = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(static_cast<int>(index_bytes)));
+    for (int k = 0; k < nw; ++k) {
+      _mm512_store_si512(words[k], _mm512_i32gather_epi32(stride, in + 4 * k, 1));
+    }
+  } else {
+    for (int l = 0; l < kLanes16; ++l) {
+      const uint8_t* p = in + l * index_bytes;
+      for (size_t k = 0; k < whole; ++k) std::memcpy(&words[k][l], p + 4 * k, 4);
+      uint32_t last = 0;
+      std::memcpy(&last, p + 4 * whole, index_bytes - 4 * whole);
+      words[whole][l] = last;
+    }
+  }
+  const __m512i mask = _mm512_set1_epi32((1 << kBits) - 1);
+  int w = 0, off = 0;
+  __m512i cur = _mm512_load_si512(words[0]);
+  for (int j = 0; j < g; ++j) {
+    __m512i v = _mm512_srl_epi32(cur, _mm_cvtsi32_si128(off));
+    off += kBits;
+    if (off >= 32) {
+      off -= 32;
+      ++w;
+      if (w < nw) cur = _mm512_load_si512(words[w]);
+      if (off > 0) v = _mm512_or_si512(v, _mm512_sll_epi32(cur, _mm_cvtsi32_si128(kBits - off)));
+    }
+    idx[j] = _mm512_and_si512(v, mask);
+  }
+}
+
+template <int kBits, int kG>
+void DecodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t full,
+                     const uint8_t* src, DType out_dtype, uint8_t* out) {
+  const GroupParams& p = job.params;
+  constexpr int g = kG;
+  const int groups_per_vector = job.head_dim / g;
+  const size_t index_bytes = static_cast<size_t>(g) * kBits / 8;
+  float lev[16] = {};
+  for (int i = 0; i < (1 << kBits); ++i) lev[i] = p.levels[i];
+  const __m512 levels = _mm512_loadu_ps(lev);
+  const __m512 hs = _mm512_set1_ps(HadamardScale(g));
+  // Lane l of a batch at group i is group-in-vector (i + l) mod G: lanes 0-7 use the 8-lane
+  // table at phase i mod G, lanes 8-15 at phase (i + 8) mod G.
+  auto signs = [&](size_t i, int j) {
+    const uint32_t* lo = job.lane_sign_masks + ((i % groups_per_vector) * g + j) * kLanes;
+    const uint32_t* hi = job.lane_sign_masks + (((i + 8) % groups_per_vector) * g + j) * kLanes;
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(lo))),
+                              _mm256_loadu_ps(reinterpret_cast<const float*>(hi)), 1);
+  };
+  alignas(64) __m512 x[kMaxGroupSize];
+  alignas(64) __m512i idx[kMaxGroupSize];
+  for (size_t i = 0; i < full; i += kLanes16) {
+    UnpackLanes16<kBits>(src + lay.indices + i * index_bytes, index_bytes, g, idx);
+    for (int jc = 0; jc < g; jc += kLanes) {
+      __m512 tile[kLanes];
+      for (int c = 0; c < kLanes; ++c) tile[c] = _mm512_permutexvar_ps(idx[jc + c], levels);
+      FwhtStageA(tile);
+      for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
+    }
+    const __m512 m = _mm512_mul_ps(
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + lay.scales + 2 * i))), hs);
+    FwhtStageB<kG>(x, [&](int j, __m512 z) { return _mm512_xor_ps(_mm512_mul_ps(z, m), signs(i, j)); });
+    for (int jc = 0; jc < g; jc += kLanes) {
+      for (int half = 0; half < 2; ++half) {
+        __m256 tile[kLanes];
+        for (int c = 0; c < kLanes; ++c) {
+          tile[c] = half == 0 ? _mm512_castps512_ps256(x[jc + c]) : _mm512_extractf32x8_ps(x[jc + c], 1);
+        }
+        Transpose8x8(tile);
+        for (int l = 0; l < kLanes; ++l) StoreRow(out, out_dtype, (i + 8 * half + l) * g + jc, tile[l]);
+      }
+    }
+  }
+}
+
+template <int kBits>
+bool DispatchGroup16(int g, const SectionJob& job, const SectionLayout& lay, size_t full,
+                     const uint8_t* src, DType out_dtype, uint8_t* out) {
+  switch (g) {
+    case 8: DecodeBatches16<kBits, 8>(job, lay, full, src, out_dtype, out); return true;
+    case 16: DecodeBatches16<kBits, 16>(job, lay, full, src, out_dtype, out); return true;
+    case 32: DecodeBatches16<kBits, 32>(job, lay, full, src, out_dtype, out); return true;
+    case 64: DecodeBatches16<kBits, 64>(job, lay, full, src, out_dtype, out); return true;
+    case 128: DecodeBatches16<kBits, 128>(job, lay, full, src, out_dtype, out); return true;
+    case 256: DecodeBatches16<kBits, 256>(job, lay, full, src, out_dtype, out); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool Avx512Available() {
+  static const bool ok = DetectAvx512();
+  return ok;
+}
+
+size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
+                           DType out_dtype, uint8_t* out) {
+  if (!Avx512Available() || !job.codec.quantized() || job.codec.qjl || job.codec.bits > 4 ||
+      job.lane_sign_masks == nullptr) {
+    return 0;
+  }
+  const size_t full = lay.groups / kLanes16 * kLanes16;
+  if (full == 0) return 0;
+  const int g = job.params.g;
+  bool ok = false;
+  switch (job.params.bits) {
+    case 1: ok = DispatchGroup16<1>(g, job, lay, full, src, out_dtype, out); break;
+    case 2: ok = DispatchGroup16<2>(g, job, lay, full, src, out_dtype, out); break;
+    case 3: ok = DispatchGroup16<3>(g, job, lay, full, src, out_dtype, out); break;
+    case 4: ok = DispatchGroup16<4>(g, job, lay, full, src, out_dtype, out); break;
+    default: break;
+  }
+  return ok ? full : 0;
+}
+
+#else  // no AVX-512 build
+
+bool Avx512Available() { return false; }
+size_t DecodeSectionAvx512(const SectionJob&, const SectionLayout&, const uint8_t*, DType, uint8_t*) {
+  return 0;
+}
+
+#endif
+
+}  // namespace turbokv::codec::internal
