@@ -155,6 +155,7 @@ absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_
   }
   TURBOKV_RETURN_IF_ERROR(CheckIsa(isa));
   const bool use_avx2 = isa != CpuIsa::kScalar && internal::Avx2Available();
+  const bool use_avx512 = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512) && internal::Avx512Available();
   std::memcpy(packed.data(), header_.data(), header_.size());
   const size_t vectors = shape_.vectors_per_section();
   const size_t section_raw = vectors * shape_.head_dim * DTypeSize(shape_.dtype);
@@ -167,7 +168,7 @@ absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_
     const uint8_t* src = raw.data() + s * section_raw;
     uint8_t* dst = packed.data() + plan.offset;
     EncodeError err;
-    if (!(use_avx2 && internal::EncodeSectionAvx2(job, src, dst, &err))) {
+    if (!(use_avx2 && internal::EncodeSectionAvx2(job, src, dst, &err, use_avx512))) {
       err = internal::EncodeSectionScalar(job, src, dst);
     }
     if (err.kind != EncodeError::kNone) {

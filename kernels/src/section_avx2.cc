@@ -8,8 +8,8 @@
 //
 // Not vectorized (the scalar path runs them): raw and fp16 sections, the last (< 8) groups of
 // a section, and sections containing non-finite values or scales that overflow fp16 (the
-// scalar path then reports the exact position). On CPUs with AVX-512 the decode of 1-4-bit
-// sections starts sixteen groups at a time (section_avx512.cc).
+// scalar path then reports the exact position). On CPUs with AVX-512 the encode and decode of
+// 1-4-bit sections without QJL start sixteen groups at a time (section_avx512.cc).
 #include <cstring>
 #include <type_traits>
 
@@ -343,7 +343,7 @@ bool DispatchBitsAndGroup(int bits, int g, Fn fn) {
 // Encodes groups [0, full) of a section, eight at a time (EncodeGroup, lane by lane). False:
 // a non-finite value or a scale that overflows fp16 was seen (the scalar path then reports it).
 template <int kBits, int kG>
-bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
+bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t begin, size_t full,
                    const uint8_t* src, uint8_t* dst) {
   const GroupParams& p = job.params;
   constexpr int g = kG;
@@ -357,7 +357,7 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t full,
   alignas(32) __m256 lv[kMaxGroupSize];
   alignas(32) __m256i idx[kMaxGroupSize];
   __m256i bad = _mm256_setzero_si256();
-  for (size_t i = 0; i < full; i += kLanes) {
+  for (size_t i = begin; i < full; i += kLanes) {
     // Pass 1, per tile of 8 coordinates: load and transpose (lane l = group i + l), check
     // finiteness, accumulate Σx² in index order, apply the signs and FWHT stages 1, 2, 4.
     __m256 ss = _mm256_setzero_ps();
@@ -456,7 +456,8 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t begin
 
 }  // namespace
 
-bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err) {
+bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err,
+                       bool allow_avx512) {
   if (!Avx2Available() || !job.codec.quantized() || job.lane_sign_masks == nullptr) {
     return false;
   }
@@ -464,8 +465,11 @@ bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, 
   const int g = p.g;
   const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
   const size_t full = lay.groups / kLanes * kLanes;
+  const int64_t done = allow_avx512 ? EncodeSectionAvx512(job, lay, src, dst) : 0;
+  if (done < 0) return false;
   const bool ok = DispatchBitsAndGroup(p.bits, g, [&](auto bits, auto group) {
-    return EncodeBatches<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, dst);
+    return EncodeBatches<decltype(bits)::value, decltype(group)::value>(
+        job, lay, static_cast<size_t>(done), full, src, dst);
   });
   if (!ok) return false;
   // The remaining (< 8) groups take the scalar path (identical math).
@@ -528,7 +532,7 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
 #else  // no AVX2 build
 
 bool Avx2Available() { return false; }
-bool EncodeSectionAvx2(const SectionJob&, const uint8_t*, uint8_t*, EncodeError*) { return false; }
+bool EncodeSectionAvx2(const SectionJob&, const uint8_t*, uint8_t*, EncodeError*, bool) { return false; }
 bool DecodeSectionAvx2(const SectionJob&, const uint8_t*, DType, uint8_t*, bool) { return false; }
 
 #endif

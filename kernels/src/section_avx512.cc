@@ -1,4 +1,4 @@
-// AVX-512 decode: sixteen groups at a time (one per 32-bit lane of a zmm register), for
+// AVX-512 encode and decode: sixteen groups at a time (one per 32-bit lane of a zmm register), for
 // quantized sections of 1-4 bits without QJL. Each lane performs DecodeGroup's float
 // operations in DecodeGroup's order — the same as the 8-lane AVX2 path — so the output is
 // identical to the scalar path's (tests/unit/codec_isa_test.cc). The 16-entry codebook fits
@@ -119,6 +119,128 @@ void DecodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t ful
   }
 }
 
+
+// Sixteen groups as 16-lane registers: coordinate j of group i + l in lane l (two 8x8
+// transposes per tile, lanes 0-7 and 8-15).
+inline void LoadTile16(const uint8_t* src, DType dtype, size_t first_group, int g, int jc, __m512* tile) {
+  __m256 lo[kLanes], hi[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    lo[l] = LoadRow(src, dtype, (first_group + l) * g + jc);
+    hi[l] = LoadRow(src, dtype, (first_group + 8 + l) * g + jc);
+  }
+  Transpose8x8(lo);
+  Transpose8x8(hi);
+  for (int c = 0; c < kLanes; ++c) tile[c] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[c]), hi[c], 1);
+}
+
+template <int kBits>
+inline void PackLanes16(const __m512i* idx, int g, uint8_t* out, size_t index_bytes) {
+  alignas(64) uint32_t words[kMaxGroupSize * 8 / 32 + 1][kLanes16];
+  __m512i acc = _mm512_setzero_si512();
+  int w = 0, off = 0;
+  for (int j = 0; j < g; ++j) {
+    acc = _mm512_or_si512(acc, _mm512_sll_epi32(idx[j], _mm_cvtsi32_si128(off)));
+    off += kBits;
+    if (off >= 32) {
+      _mm512_store_si512(words[w++], acc);
+      off -= 32;
+      acc = off > 0 ? _mm512_srl_epi32(idx[j], _mm_cvtsi32_si128(kBits - off)) : _mm512_setzero_si512();
+    }
+  }
+  if (off > 0) _mm512_store_si512(words[w++], acc);
+  const size_t whole = index_bytes / 4;
+  for (int l = 0; l < kLanes16; ++l) {
+    uint8_t* p = out + l * index_bytes;
+    for (size_t k = 0; k < whole; ++k) std::memcpy(p + 4 * k, &words[k][l], 4);
+    if (whole < static_cast<size_t>(w)) std::memcpy(p + 4 * whole, &words[whole][l], index_bytes - 4 * whole);
+  }
+}
+
+// EncodeGroup for sixteen groups at a time (1-4 bits, no QJL); the same operations in the same
+// order as the scalar and 8-lane paths. False when a value is not finite or a scale overflows
+// fp16 (the caller then lets the scalar path report it).
+template <int kBits, int kG>
+bool EncodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t full,
+                     const uint8_t* src, uint8_t* dst) {
+  const GroupParams& p = job.params;
+  constexpr int g = kG;
+  const int groups_per_vector = job.head_dim / g;
+  const size_t index_bytes = static_cast<size_t>(g) * kBits / 8;
+  constexpr int n = 1 << kBits;
+  float lev[16] = {}, thr[16] = {};
+  for (int i = 0; i < n; ++i) lev[i] = p.levels[i];
+  for (int i = 0; i + 1 < n; ++i) thr[i] = p.thresholds[i];
+  const __m512 levels = _mm512_loadu_ps(lev);
+  const __m512 thresholds = _mm512_loadu_ps(thr);
+  const __m512 hs = _mm512_set1_ps(HadamardScale(g));
+  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
+  auto signs = [&](size_t i, int j) {
+    const uint32_t* lo = job.lane_sign_masks + ((i % groups_per_vector) * g + j) * kLanes;
+    const uint32_t* hi = job.lane_sign_masks + (((i + 8) % groups_per_vector) * g + j) * kLanes;
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(lo))),
+                              _mm256_loadu_ps(reinterpret_cast<const float*>(hi)), 1);
+  };
+  alignas(64) __m512 x[kMaxGroupSize];
+  alignas(64) __m512i idx[kMaxGroupSize];
+  __mmask16 bad = 0;
+  for (size_t i = 0; i < full; i += kLanes16) {
+    __m512 ss = _mm512_setzero_ps();
+    for (int jc = 0; jc < g; jc += kLanes) {
+      __m512 tile[kLanes];
+      LoadTile16(src, job.source, i, g, jc, tile);
+      for (int c = 0; c < kLanes; ++c) {
+        const __m512i e = _mm512_and_si512(_mm512_castps_si512(tile[c]), exp_mask);
+        bad |= _mm512_cmpeq_epi32_mask(e, exp_mask);
+        ss = _mm512_add_ps(ss, _mm512_mul_ps(tile[c], tile[c]));
+        tile[c] = _mm512_xor_ps(tile[c], signs(i, jc + c));
+      }
+      FwhtStageA(tile);
+      for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
+    }
+    FwhtStageB<kG>(x);
+    const __m512 nrm = _mm512_sqrt_ps(ss);
+    const __m512 cs = _mm512_div_ps(hs, nrm);
+    const __mmask16 zero_group =
+        _mm512_cmp_ps_mask(ss, _mm512_setzero_ps(), _CMP_EQ_OQ) |
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(cs), exp_mask), exp_mask);
+    __m512 yy = _mm512_setzero_ps();
+    for (int j = 0; j < g; ++j) {
+      const __m512 y = _mm512_mul_ps(x[j], cs);
+      __m512i q = _mm512_setzero_si512();
+      for (int k = kBits - 1; k >= 0; --k) {  // NearestLevel: the same binary search
+        const __m512i probe = _mm512_add_epi32(q, _mm512_set1_epi32((1 << k) - 1));
+        const __mmask16 gt = _mm512_cmp_ps_mask(y, _mm512_permutexvar_ps(probe, thresholds), _CMP_GT_OQ);
+        q = _mm512_mask_add_epi32(q, gt, q, _mm512_set1_epi32(1 << k));
+      }
+      idx[j] = _mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero_group), q);
+      const __m512 lv = _mm512_permutexvar_ps(q, levels);
+      yy = _mm512_add_ps(yy, _mm512_mul_ps(lv, lv));
+    }
+    __m512 scale = p.norm_correction ? _mm512_div_ps(nrm, _mm512_sqrt_ps(yy)) : nrm;
+    scale = _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero_group), scale);  // +0 for zero groups
+    const __m256i scale_h = _mm512_cvtps_ph(scale, _MM_FROUND_TO_NEAREST_INT);
+    const __m256i h_exp = _mm256_and_si256(scale_h, _mm256_set1_epi16(0x7C00));
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(h_exp, _mm256_set1_epi16(0x7C00))) != 0) return false;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + lay.scales + 2 * i), scale_h);
+    PackLanes16<kBits>(idx, g, dst + lay.indices + i * index_bytes, index_bytes);
+  }
+  return bad == 0;
+}
+
+template <int kBits>
+bool EncodeGroup16(int g, const SectionJob& job, const SectionLayout& lay, size_t full,
+                   const uint8_t* src, uint8_t* dst) {
+  switch (g) {
+    case 8: return EncodeBatches16<kBits, 8>(job, lay, full, src, dst);
+    case 16: return EncodeBatches16<kBits, 16>(job, lay, full, src, dst);
+    case 32: return EncodeBatches16<kBits, 32>(job, lay, full, src, dst);
+    case 64: return EncodeBatches16<kBits, 64>(job, lay, full, src, dst);
+    case 128: return EncodeBatches16<kBits, 128>(job, lay, full, src, dst);
+    case 256: return EncodeBatches16<kBits, 256>(job, lay, full, src, dst);
+    default: return false;
+  }
+}
+
 template <int kBits>
 bool DispatchGroup16(int g, const SectionJob& job, const SectionLayout& lay, size_t full,
                      const uint8_t* src, DType out_dtype, uint8_t* out) {
@@ -160,10 +282,33 @@ size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, cons
   return ok ? full : 0;
 }
 
+int64_t EncodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
+                            uint8_t* dst) {
+  if (!Avx512Available() || !job.codec.quantized() || job.codec.qjl || job.codec.bits > 4 ||
+      job.lane_sign_masks == nullptr) {
+    return 0;
+  }
+  const size_t full = lay.groups / kLanes16 * kLanes16;
+  if (full == 0) return 0;
+  const int g = job.params.g;
+  bool ok = false;
+  switch (job.params.bits) {
+    case 1: ok = EncodeGroup16<1>(g, job, lay, full, src, dst); break;
+    case 2: ok = EncodeGroup16<2>(g, job, lay, full, src, dst); break;
+    case 3: ok = EncodeGroup16<3>(g, job, lay, full, src, dst); break;
+    case 4: ok = EncodeGroup16<4>(g, job, lay, full, src, dst); break;
+    default: return 0;
+  }
+  return ok ? static_cast<int64_t>(full) : -1;
+}
+
 #else  // no AVX-512 build
 
 bool Avx512Available() { return false; }
 size_t DecodeSectionAvx512(const SectionJob&, const SectionLayout&, const uint8_t*, DType, uint8_t*) {
+  return 0;
+}
+int64_t EncodeSectionAvx512(const SectionJob&, const SectionLayout&, const uint8_t*, uint8_t*) {
   return 0;
 }
 

@@ -56,7 +56,8 @@ void DecodeSectionScalar(const SectionJob& job, const uint8_t* src, DType out_dt
 // AVX2 path: identical bytes and values; only compiled on x86-64. Returns false if it cannot
 // handle the job (then the caller uses the scalar path).
 bool Avx2Available();
-bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err);
+bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, EncodeError* err,
+                       bool allow_avx512);
 // `allow_avx512`: decode the first groups sixteen at a time when the CPU has AVX-512.
 bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out,
                        bool allow_avx512);
@@ -66,6 +67,10 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
 bool Avx512Available();
 size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
                            DType out_dtype, uint8_t* out);
+// The same for encode: groups encoded (a multiple of 16), or -1 when a value is not finite or a
+// scale overflows (the caller then falls back to the scalar path, which reports where).
+int64_t EncodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
+                            uint8_t* dst);
 
 // Element conversions used by both paths.
 float LoadAsFloat(const uint8_t* p, DType dtype, size_t i);

@@ -28,6 +28,11 @@ TEST_P(IsaEquivalence, IdenticalPackedBytesAndDecodedValues) {
     ASSERT_TRUE(c->Encode(raw, absl::MakeSpan(scalar), CpuIsa::kScalar).ok());
     ASSERT_TRUE(c->Encode(raw, absl::MakeSpan(avx2), CpuIsa::kAvx2).ok());
     ASSERT_EQ(scalar, avx2);
+    if (DetectCpuIsa() == CpuIsa::kAvx512) {
+      std::vector<uint8_t> avx512(c->packed_bytes());
+      ASSERT_TRUE(c->Encode(raw, absl::MakeSpan(avx512), CpuIsa::kAvx512).ok());
+      ASSERT_EQ(scalar, avx512) << "AVX-512";
+    }
     for (DType out : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       std::vector<uint8_t> a(*c->DecodedBytes(out, {})), b(a.size());
       ASSERT_TRUE(c->Decode(scalar, out, {}, absl::MakeSpan(a), CpuIsa::kScalar).ok());
