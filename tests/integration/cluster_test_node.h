@@ -1,6 +1,6 @@
-// One real turbokv-server for the cluster tests: 127.0.0.1, a free port on first start and the same
-// port and data directory on every restart (a node's identity is its endpoint), metrics off. Kill()
-// is SIGKILL (a crash); Stop() is SIGTERM.
+// One real turbokv-server for the integration tests (cluster and client suites): 127.0.0.1, a
+// free port on first start and the same port and data directory on every restart (a node's
+// identity is its endpoint), metrics off. Kill() is SIGKILL (a crash); Stop() is SIGTERM.
 //
 // The binary is $TURBOKV_SERVER_BIN, else TURBOKV_DEFAULT_SERVER_BIN (compiled in).
 #ifndef TURBOKV_TESTS_INTEGRATION_CLUSTER_TEST_NODE_H_
@@ -26,7 +26,9 @@ namespace turbokv::testing {
 
 class ClusterNode {
  public:
-  explicit ClusterNode(std::string dir) : dir_(std::move(dir)) {
+  // `dir` holds the data directory, port files and server.log; it is not removed.
+  explicit ClusterNode(std::string dir, int codec_threads = 1)
+      : dir_(std::move(dir)), codec_threads_(codec_threads) {
     std::filesystem::create_directories(dir_);
   }
   ClusterNode(const ClusterNode&) = delete;
@@ -42,7 +44,8 @@ class ClusterNode {
   absl::Status Start() {
     const std::string bin = BinaryPath();
     if (access(bin.c_str(), X_OK) != 0) {
-      return absl::NotFoundError(absl::StrCat("turbokv-server not found at ", bin));
+      return absl::NotFoundError(
+          absl::StrCat("turbokv-server binary not found at ", bin, " (set TURBOKV_SERVER_BIN)"));
     }
     const std::string port_file = absl::StrCat(dir_, "/port-", ++starts_);
     const std::string log = dir_ + "/server.log";
@@ -56,7 +59,7 @@ class ClusterNode {
                                      "--metrics-listen",
                                      "",
                                      "--codec-threads",
-                                     "1",
+                                     absl::StrCat(codec_threads_),
                                      "--log-level",
                                      "warn"};
     pid_ = fork();
@@ -114,6 +117,7 @@ class ClusterNode {
   }
 
   std::string dir_;
+  int codec_threads_ = 1;
   pid_t pid_ = -1;
   int port_ = 0;
   int starts_ = 0;
