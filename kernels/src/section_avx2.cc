@@ -312,34 +312,6 @@ inline void DecodeQjl(const GroupParams& p, const uint8_t* residuals, const uint
   QjlReconstruct<kG>(p, masks, residual, y_hat, /*sum_squares=*/false);
 }
 
-// Calls fn(integral_constant bits, integral_constant g) for the supported combinations; false
-// for anything else.
-template <typename Fn>
-bool DispatchGroup(int g, Fn fn) {
-  switch (g) {
-    case 8: return fn(std::integral_constant<int, 8>());
-    case 16: return fn(std::integral_constant<int, 16>());
-    case 32: return fn(std::integral_constant<int, 32>());
-    case 64: return fn(std::integral_constant<int, 64>());
-    case 128: return fn(std::integral_constant<int, 128>());
-    case 256: return fn(std::integral_constant<int, 256>());
-    default: return false;
-  }
-}
-
-template <typename Fn>
-bool DispatchBitsAndGroup(int bits, int g, Fn fn) {
-  auto with_bits = [&](auto b) { return DispatchGroup(g, [&](auto gc) { return fn(b, gc); }); };
-  switch (bits) {
-    case 1: return with_bits(std::integral_constant<int, 1>());
-    case 2: return with_bits(std::integral_constant<int, 2>());
-    case 3: return with_bits(std::integral_constant<int, 3>());
-    case 4: return with_bits(std::integral_constant<int, 4>());
-    case 8: return with_bits(std::integral_constant<int, 8>());
-    default: return false;
-  }
-}
-
 // Encodes groups [0, full) of a section, eight at a time (EncodeGroup, lane by lane). False:
 // a non-finite value or a scale that overflows fp16 was seen (the scalar path then reports it).
 template <int kBits, int kG>

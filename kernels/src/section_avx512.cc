@@ -227,34 +227,6 @@ bool EncodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t ful
   return bad == 0;
 }
 
-template <int kBits>
-bool EncodeGroup16(int g, const SectionJob& job, const SectionLayout& lay, size_t full,
-                   const uint8_t* src, uint8_t* dst) {
-  switch (g) {
-    case 8: return EncodeBatches16<kBits, 8>(job, lay, full, src, dst);
-    case 16: return EncodeBatches16<kBits, 16>(job, lay, full, src, dst);
-    case 32: return EncodeBatches16<kBits, 32>(job, lay, full, src, dst);
-    case 64: return EncodeBatches16<kBits, 64>(job, lay, full, src, dst);
-    case 128: return EncodeBatches16<kBits, 128>(job, lay, full, src, dst);
-    case 256: return EncodeBatches16<kBits, 256>(job, lay, full, src, dst);
-    default: return false;
-  }
-}
-
-template <int kBits>
-bool DispatchGroup16(int g, const SectionJob& job, const SectionLayout& lay, size_t full,
-                     const uint8_t* src, DType out_dtype, uint8_t* out) {
-  switch (g) {
-    case 8: DecodeBatches16<kBits, 8>(job, lay, full, src, out_dtype, out); return true;
-    case 16: DecodeBatches16<kBits, 16>(job, lay, full, src, out_dtype, out); return true;
-    case 32: DecodeBatches16<kBits, 32>(job, lay, full, src, out_dtype, out); return true;
-    case 64: DecodeBatches16<kBits, 64>(job, lay, full, src, out_dtype, out); return true;
-    case 128: DecodeBatches16<kBits, 128>(job, lay, full, src, out_dtype, out); return true;
-    case 256: DecodeBatches16<kBits, 256>(job, lay, full, src, out_dtype, out); return true;
-    default: return false;
-  }
-}
-
 }  // namespace
 
 bool Avx512Available() {
@@ -270,15 +242,14 @@ size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, cons
   }
   const size_t full = lay.groups / kLanes16 * kLanes16;
   if (full == 0) return 0;
-  const int g = job.params.g;
-  bool ok = false;
-  switch (job.params.bits) {
-    case 1: ok = DispatchGroup16<1>(g, job, lay, full, src, out_dtype, out); break;
-    case 2: ok = DispatchGroup16<2>(g, job, lay, full, src, out_dtype, out); break;
-    case 3: ok = DispatchGroup16<3>(g, job, lay, full, src, out_dtype, out); break;
-    case 4: ok = DispatchGroup16<4>(g, job, lay, full, src, out_dtype, out); break;
-    default: break;
-  }
+  const bool ok = DispatchBitsAndGroup(job.params.bits, job.params.g, [&](auto bits, auto group) {
+    if constexpr (decltype(bits)::value > 4) {
+      return false;
+    } else {
+      DecodeBatches16<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, out_dtype, out);
+      return true;
+    }
+  });
   return ok ? full : 0;
 }
 
@@ -290,15 +261,13 @@ int64_t EncodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, con
   }
   const size_t full = lay.groups / kLanes16 * kLanes16;
   if (full == 0) return 0;
-  const int g = job.params.g;
-  bool ok = false;
-  switch (job.params.bits) {
-    case 1: ok = EncodeGroup16<1>(g, job, lay, full, src, dst); break;
-    case 2: ok = EncodeGroup16<2>(g, job, lay, full, src, dst); break;
-    case 3: ok = EncodeGroup16<3>(g, job, lay, full, src, dst); break;
-    case 4: ok = EncodeGroup16<4>(g, job, lay, full, src, dst); break;
-    default: return 0;
-  }
+  const bool ok = DispatchBitsAndGroup(job.params.bits, job.params.g, [&](auto bits, auto group) {
+    if constexpr (decltype(bits)::value > 4) {
+      return false;
+    } else {
+      return EncodeBatches16<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, dst);
+    }
+  });
   return ok ? static_cast<int64_t>(full) : -1;
 }
 

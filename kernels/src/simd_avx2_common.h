@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "group_math.h"
 #include "turbokv/codec/types.h"
@@ -129,6 +130,34 @@ TURBOKV_SIMD_INLINE void FwhtStageB(V* x, Then then) {
 template <int kG, typename V>
 TURBOKV_SIMD_INLINE void FwhtStageB(V* x) {
   if constexpr (kG > 8) FwhtStageB<kG>(x, [](int, V z) { return z; });
+}
+
+// Calls fn(integral_constant bits, integral_constant g) for the supported combinations; false
+// for anything else.
+template <typename Fn>
+bool DispatchGroup(int g, Fn fn) {
+  switch (g) {
+    case 8: return fn(std::integral_constant<int, 8>());
+    case 16: return fn(std::integral_constant<int, 16>());
+    case 32: return fn(std::integral_constant<int, 32>());
+    case 64: return fn(std::integral_constant<int, 64>());
+    case 128: return fn(std::integral_constant<int, 128>());
+    case 256: return fn(std::integral_constant<int, 256>());
+    default: return false;
+  }
+}
+
+template <typename Fn>
+bool DispatchBitsAndGroup(int bits, int g, Fn fn) {
+  auto with_bits = [&](auto b) { return DispatchGroup(g, [&](auto gc) { return fn(b, gc); }); };
+  switch (bits) {
+    case 1: return with_bits(std::integral_constant<int, 1>());
+    case 2: return with_bits(std::integral_constant<int, 2>());
+    case 3: return with_bits(std::integral_constant<int, 3>());
+    case 4: return with_bits(std::integral_constant<int, 4>());
+    case 8: return with_bits(std::integral_constant<int, 8>());
+    default: return false;
+  }
 }
 
 }  // namespace
