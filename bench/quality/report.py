@@ -133,12 +133,12 @@ def _plot(rows: List[dict], path: str) -> Optional[str]:
     return None
 
 
-def _stats_md(stats: dict, all_rows: List[dict]) -> List[str]:
+def _stats_md(stats: dict, all_rows: List[dict], where: str = "") -> List[str]:
     lines = []
     cfgs = stats.get("configs", {})
     if not cfgs:
         return lines
-    lines += ["## Vector-level statistics (all_kv windows, real KV)", "",
+    lines += ["## Vector-level statistics (real KV%s)" % where, "",
               "Relative MSE = mean over groups of ‖u − û‖²/‖u‖² (the quantity DESIGN.md §3's "
               "g·MSE predicts), norm correction off unless marked; ratio = measured / theory.",
               "", "| g | b | theory | K rel MSE | V rel MSE | all / theory | worst layer "
@@ -186,9 +186,40 @@ def _stats_md(stats: dict, all_rows: List[dict]) -> List[str]:
     return lines
 
 
+def merge_helpers(main: Optional[dict], path: str) -> Optional[dict]:
+    """Adds the windows of helper checkpoints ``all_kv.A-B.json`` (run.py --all-window-range)
+    beside ``path`` to the main all_kv checkpoint. Window results are keyed by window index;
+    the main checkpoint wins on overlap. Vector statistics and KL stay the main process's."""
+    import glob
+    helpers = [_load(p) for p in sorted(glob.glob(path[:-len(".json")] + ".*-*.json"))]
+    helpers = [h for h in helpers if h and h.get("windows_done")]
+    if main is None or not helpers:
+        return main
+    k = int(main["windows_done"])
+    idx = list(range(k))
+    ref = list(main["ref"][:k])
+    rows = {n: dict(m, nll=list(m["nll"][:k]), count=list(m["count"][:k]))
+            for n, m in main["rows"].items()}
+    for h in helpers:
+        if h["plan"] != main["plan"]:
+            continue
+        for j, wi in enumerate(h["window_indices"][:h["windows_done"]]):
+            if wi in idx:
+                continue
+            idx.append(wi)
+            ref.append(h["ref"][j])
+            for n, m in rows.items():
+                m["nll"].append(h["rows"][n]["nll"][j])
+                m["count"].append(h["rows"][n]["count"][j])
+    out = dict(main, ref=ref, rows=rows, windows_done=len(idx), window_indices=sorted(idx),
+               stats_windows=k)
+    return out
+
+
 def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[str],
           elapsed_s: Optional[float] = None) -> List[dict]:
     parts = {p: _load(path) for p, path in paths.items()}
+    parts["all_kv"] = merge_helpers(parts.get("all_kv"), paths["all_kv"])
     rows: List[dict] = []
     for p in ("prefix_reuse", "all_kv"):
         if parts.get(p):
@@ -207,7 +238,8 @@ def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[st
         greedy_sample=pr.get("greedy_sample"), prefix_reuse_plan=pr.get("plan"),
         all_kv_plan=ak.get("plan"), hooked_forward_identical=ak.get("hooked_forward_identical"),
         prefix_windows_done=pr.get("windows_done"), all_windows_done=ak.get("windows_done"),
-        kl_windows_done=ak.get("kl_windows_done"))
+        kl_windows_done=ak.get("kl_windows_done"),
+        vector_stats_windows=ak.get("stats_windows", ak.get("windows_done")))
     with open(os.path.join(out_dir, "quality_stats.json"), "w") as f:
         json.dump(dict(meta, vector_stats=stats), f, indent=1)
     with open(meta_path, "w") as f:
@@ -281,7 +313,11 @@ def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[st
                  "codec rows%s." % (len(chk) - len(eq), len(chk),
                                      (" (differs: %s)" % ", ".join(eq)) if eq else ""))
     L.append("")
-    L += _stats_md(stats, rows)
+    where = ""
+    if ak.get("plan"):
+        where = ": %s all_kv windows × %d tokens × 3 KV heads per layer; KL: first %s windows" % (
+            meta["vector_stats_windows"], ak["plan"]["all_tokens"], ak.get("kl_windows_done"))
+    L += _stats_md(stats, rows, where)
     if plot_err:
         L.append("Plot not written: %s" % plot_err)
     else:

@@ -418,6 +418,9 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
     cfg = plan(args)
     T, n = cfg["all_tokens"], cfg["all_windows"]
     starts = window_starts(ids.size, T, n)
+    first, last = 0, n
+    if args.all_window_range:  # a helper process for windows [first, last) (report merges)
+        first, last = (int(x) for x in args.all_window_range.split(":"))
     L, H, D = model.num_layers, model.num_kv_heads, model.head_dim
     group = model.num_heads // H
     # The hooked forward must equal the model's own prefill (identity hook).
@@ -432,7 +435,8 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
     quants = {r.name: quantizers.LayerQuantizer(r, L, H, D) for r in rows}
     fp32_row = quantizers.Row("fp32 (no KV rounding)", "fp32", "reference")
     part = dict(protocol="all_kv", plan=cfg, starts=starts, hooked_forward_identical=identical,
-                rows={}, ref=[], windows_done=0, stats={}, kl_windows_done=0)
+                rows={}, ref=[], windows_done=0, stats={}, kl_windows_done=0,
+                window_indices=[])
     for r in rows + [fp32_row]:
         q = quants.get(r.name) or quantizers.LayerQuantizer(r, L, H, D)
         quants[r.name] = q
@@ -452,7 +456,10 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
                 kd = part["kl_windows_done"]
                 kl_acc[r.name] = np.asarray([m["attn_kl_per_layer"], m["k_norm_ratio_per_layer"],
                                              m["v_norm_ratio_per_layer"]]) * kd
-    for wi in progress(range(done, n), n - done, "all_kv"):
+    if first:
+        part["kl_windows_done"] = cfg["kl_windows"]  # KL belongs to the main process
+        done = max(done, first)
+    for wi in progress(range(done, last), last - done, "all_kv"):
         w = ids[starts[wi]:starts[wi] + T]
         targets = w[1:]
         keep_q = wi < cfg["kl_windows"] and wi >= part["kl_windows_done"]
@@ -460,7 +467,8 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
                                       keep_queries=keep_q)
         part["ref"].append(float(np.sum(token_nll(lg[:-1], targets))))
         kv16 = kv_ref.astype(np.float16)
-        _vector_stats(kv16, acc)
+        if not first:
+            _vector_stats(kv16, acc)
         if keep_q:
             kqs = {}
             for r in rows:
@@ -495,7 +503,8 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
             meta = part["rows"][r.name]
             meta["nll"].append(float(np.sum(token_nll(lg_r[:-1], targets))))
             meta["count"].append(int(T - 1))
-        part["windows_done"] = wi + 1
+        part["windows_done"] = wi + 1 - first
+        part["window_indices"] = list(range(first, wi + 1))
         part["stats"] = _stats_json(acc)
         part["stats_acc"] = {k: ({kk: vv.tolist() for kk, vv in v.items()} if isinstance(v, dict)
                                  else (v.tolist() if isinstance(v, np.ndarray) else v))
@@ -517,6 +526,8 @@ def main(argv=None) -> int:
     ap.add_argument("--all-windows", type=int, default=33)
     ap.add_argument("--all-tokens", type=int, default=512, help="window length (all_kv)")
     ap.add_argument("--kl-windows", type=int, default=2, help="all_kv windows for attention KL")
+    ap.add_argument("--all-window-range", default="", help="A:B: only all_kv windows [A, B), "
+                    "into <parts>/all_kv.A-B.json (a helper; the report merges it)")
     ap.add_argument("--prefix-ablations", action="store_true",
                     help="also run the ablation rows in prefix_reuse (all_kv always runs them)")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
@@ -528,6 +539,10 @@ def main(argv=None) -> int:
     ap.add_argument("--parts-dir", default="", help="per-protocol checkpoints "
                     "(default: <out-dir>/quality_parts)")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--record-command", default="", help="with --report-only: the command(s) "
+                    "that produced the parts, written into the results")
+    ap.add_argument("--record-elapsed", type=float, default=0.0,
+                    help="with --report-only: wall seconds of that run")
     ap.add_argument("--resume", action="store_true",
                     help="continue the checkpoints in the parts directory (same plan)")
     ap.add_argument("--bootstrap", type=int, default=2000)
@@ -537,9 +552,13 @@ def main(argv=None) -> int:
     command = "python bench/quality/run.py " + " ".join(shlex.quote(a) for a in
                                                         (argv if argv is not None else sys.argv[1:]))
     paths = {p: os.path.join(parts, p + ".json") for p in ("prefix_reuse", "all_kv")}
+    if args.all_window_range:
+        paths["all_kv"] = os.path.join(parts, "all_kv.%s.json"
+                                       % args.all_window_range.replace(":", "-"))
     import report
     if args.report_only:
-        report.build(paths, args.out_dir, args.bootstrap, command=None)
+        report.build(paths, args.out_dir, args.bootstrap, command=args.record_command or None,
+                     elapsed_s=args.record_elapsed or None)
         return 0
     t0 = time.time()
     protocols = ["prefix_reuse", "all_kv"] if args.protocol == "both" else [args.protocol]
