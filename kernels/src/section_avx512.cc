@@ -234,13 +234,20 @@ bool Avx512Available() {
   return ok;
 }
 
-size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
-                           DType out_dtype, uint8_t* out) {
+namespace {
+// How many leading groups of the section the 16-lane path handles (0: it does not apply).
+size_t Avx512Groups(const SectionJob& job, const SectionLayout& lay) {
   if (!Avx512Available() || !job.codec.quantized() || job.codec.qjl || job.codec.bits > 4 ||
       job.lane_sign_masks == nullptr) {
     return 0;
   }
-  const size_t full = lay.groups / kLanes16 * kLanes16;
+  return lay.groups / kLanes16 * kLanes16;
+}
+}  // namespace
+
+size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
+                           DType out_dtype, uint8_t* out) {
+  const size_t full = Avx512Groups(job, lay);
   if (full == 0) return 0;
   const bool ok = DispatchBitsAndGroup(job.params.bits, job.params.g, [&](auto bits, auto group) {
     if constexpr (decltype(bits)::value > 4) {
@@ -255,11 +262,7 @@ size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, cons
 
 int64_t EncodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
                             uint8_t* dst) {
-  if (!Avx512Available() || !job.codec.quantized() || job.codec.qjl || job.codec.bits > 4 ||
-      job.lane_sign_masks == nullptr) {
-    return 0;
-  }
-  const size_t full = lay.groups / kLanes16 * kLanes16;
+  const size_t full = Avx512Groups(job, lay);
   if (full == 0) return 0;
   const bool ok = DispatchBitsAndGroup(job.params.bits, job.params.g, [&](auto bits, auto group) {
     if constexpr (decltype(bits)::value > 4) {
