@@ -78,9 +78,23 @@ struct Workload {
   std::string description;
 };
 
+// The evaluation keeps every block in memory: refuse shapes whose blocks would not fit.
+constexpr size_t kMaxEvalBlockBytes = size_t{1} << 30;
+
+absl::Status CheckEvalShape(const BlockShape& shape) {
+  if (absl::Status s = codec::ValidateShape(shape); !s.ok()) return s;
+  if (shape.raw_bytes() > kMaxEvalBlockBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a block of this shape is ", shape.raw_bytes(),
+                                                   " bytes; turbokv-codec eval handles blocks up to ",
+                                                   kMaxEvalBlockBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Workload> RandomWorkload(const EvalArgs& a) {
   Workload w;
   w.shape = {a.layers, a.block_tokens, a.num_kv_heads, a.head_dim, DType::kFloat16};
+  if (absl::Status s = CheckEvalShape(w.shape); !s.ok()) return s;
   const size_t per_block = w.shape.num_values() / a.head_dim;
   const size_t nblocks = (static_cast<size_t>(a.vectors) + per_block - 1) / per_block;
   std::mt19937_64 rng(a.seed);
@@ -138,6 +152,9 @@ absl::StatusOr<Workload> NpyWorkload(const EvalArgs& a) {
   const int64_t L = s[0], T = s[2], H = s[3], D = s[4];
   const int bt = static_cast<int>(std::min<int64_t>(a.block_tokens, T));
   w.shape = {static_cast<int>(L), bt, static_cast<int>(H), static_cast<int>(D), DType::kFloat16};
+  if (absl::Status s = CheckEvalShape(w.shape); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(a.source, ": ", s.message()));
+  }
   const int64_t nblocks = T / bt;
   if (nblocks == 0) return absl::InvalidArgumentError(absl::StrCat(a.source, " has no tokens"));
   for (int64_t b = 0; b < nblocks; ++b) {
@@ -325,19 +342,22 @@ int main(int argc, char** argv) {
                    "\"random\" or a raw-layout .npy [num_layers][2][T][num_kv_heads][head_dim] "
                    "(fp16, fp32, or bf16 as uint16)")->capture_default_str();
   eval->add_option("--vectors", a.vectors, "random: number of head vectors (rounded up to whole blocks)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  eval->add_option("--head-dim", a.head_dim, "random: head_dim")->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(1L, 1000000000L));
+  eval->add_option("--head-dim", a.head_dim, "random: head_dim")->capture_default_str()->check(CLI::Range(8, 4096));
   eval->add_option("--group-size", a.group_size, "group size g (8..256, power of two)")->capture_default_str();
   eval->add_option("--bits", a.bits, "bits per coordinate: 1, 2, 3, 4, 8 (16 = fp16, 0 = raw)")->capture_default_str();
   eval->add_option("--preset", a.preset, "a named preset (overrides --bits/--group-size/--qjl)");
-  eval->add_option("--norm-correction", a.norm_correction, "on|off")->capture_default_str();
+  eval->add_option("--norm-correction", a.norm_correction, "on|off")
+      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
   eval->add_flag("--qjl", a.qjl, "add the 1-bit QJL residual");
   eval->add_option("--seed", a.seed, "random: seed of the vectors")->capture_default_str();
   eval->add_flag("--json", a.json, "print one JSON object");
-  eval->add_option("--isa", a.isa, "CPU path: auto|scalar|avx2|avx512")->capture_default_str();
-  eval->add_option("--layers", a.layers, "random: layers per block")->capture_default_str();
-  eval->add_option("--block-tokens", a.block_tokens, "tokens per block")->capture_default_str();
-  eval->add_option("--num-kv-heads", a.num_kv_heads, "random: KV heads per block")->capture_default_str();
+  eval->add_option("--isa", a.isa, "CPU path: auto|scalar|avx2|avx512")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "scalar", "avx2", "avx512"}));
+  eval->add_option("--layers", a.layers, "random: layers per block")->capture_default_str()->check(CLI::Range(1, 4096));
+  eval->add_option("--block-tokens", a.block_tokens, "tokens per block")->capture_default_str()->check(CLI::Range(1, 65535));
+  eval->add_option("--num-kv-heads", a.num_kv_heads, "random: KV heads per block")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
   eval->add_option("--min-seconds", a.min_seconds, "least time spent timing each measurement")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
