@@ -424,7 +424,11 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     for (size_t i : accepted) results[i] = s;
     return results;
   }
-  for (size_t i : accepted) {
+  // Blocks of a request usually form a prefix chain in request order. Entering them tail first
+  // leaves the chain's head the most recently used, so eviction takes chain tails before the
+  // blocks every later block depends on (a lost head makes the whole chain unreachable).
+  for (auto it = accepted.rbegin(); it != accepted.rend(); ++it) {
+    const size_t i = *it;
     IndexEntry e;
     e.key = keys[i];
     e.namespace_id = namespace_id;
@@ -491,7 +495,9 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
   }
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (size_t i : to_read) {
+    // Tail first, as in PutBlocks: the head of the requested chain ends most recently used.
+    for (auto it = to_read.rbegin(); it != to_read.rend(); ++it) {
+      const size_t i = *it;
       if (!out[i].has_value()) continue;
       IndexEntry* e = index_.Find(keys[i]);
       if (e == nullptr) continue;
@@ -529,20 +535,21 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
     return absl::NotFoundError(absl::StrCat("namespace ", absl::Hex(namespace_id, absl::kZeroPad16),
                                             " is not registered"));
   }
-  size_t matched = 0;
+  std::vector<IndexEntry*> chain;
   std::string key;
   for (std::string_view hash : hashes) {
     if (!ValidateBlockHash(hash).ok()) break;
     key = BlockKey(namespace_id, hash);
     IndexEntry* e = index_.Find(key);
     if (e == nullptr || Expired(*e, now)) break;
-    index_.Touch(e);
     if (lease_seconds > 0) {
       e->lease_until = std::max<int64_t>(e->lease_until, now + lease_seconds);
     }
-    ++matched;
+    chain.push_back(e);
   }
-  return matched;
+  // Tail first, so the chain's head is the most recently used (see PutBlocks).
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) index_.Touch(*it);
+  return chain.size();
 }
 
 absl::StatusOr<uint64_t> BlockStore::DeleteBlocks(uint64_t namespace_id,

@@ -612,6 +612,9 @@ TEST(ServerRpcTest, SigtermLetsAnInFlightPutStreamFinish) {
   v1::PutBlocksResponse resp;
   auto writer = server.stub().PutBlocks(&ctx, &resp);
   for (size_t i = 0; i < msgs.size() / 2; ++i) ASSERT_TRUE(writer->Write(msgs[i]));
+  // Let the server accept the call first: a call it has not started yet when shutdown begins
+  // is cancelled, not drained (seen under load with six copies of this test at once).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   server.Signal(SIGTERM);  // shutdown begins while the stream is open
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   for (size_t i = msgs.size() / 2; i < msgs.size(); ++i) ASSERT_TRUE(writer->Write(msgs[i]));

@@ -262,6 +262,29 @@ TEST_F(BlockStoreTest, EvictsLeastRecentlyUsedDownToLowWatermark) {
   EXPECT_EQ(s->Stats().evicted_bytes, 4 * c);
 }
 
+TEST_F(BlockStoreTest, EvictionTakesChainTailsBeforeTheirHeads) {
+  // A request's blocks form a prefix chain in request order; losing the head makes the rest
+  // unreachable by Lookup. Puts, gets and lookups of several blocks leave the head most
+  // recently used, so eviction takes the tail.
+  const uint64_t c = ChargeOfOneBlock();
+  auto s = Open(Options(4 * c + c / 2));  // high 4.275c, low 4.05c
+  Register(*s, kNs);
+  const std::vector<std::string> chain = {HashOf(0), HashOf(1), HashOf(2)};
+  std::vector<std::string> values;
+  for (int i = 0; i < 3; ++i) values.push_back(MakeValue(kValueBytes, rng_));
+  std::vector<BlockStore::BlockWrite> writes;
+  for (int i = 0; i < 3; ++i) writes.push_back({chain[i], values[i]});
+  for (const absl::Status& st : s->PutBlocks(kNs, writes)) ASSERT_TRUE(st.ok()) << st;
+  std::vector<std::string_view> views(chain.begin(), chain.end());
+  ASSERT_TRUE(s->GetBlocks(kNs, views).ok());
+  // Another request's block: block 3 fits, block 4 makes room by evicting the chain's tail.
+  ASSERT_TRUE(Put(*s, kNs, HashOf(3), MakeValue(kValueBytes, rng_)).ok());
+  ASSERT_TRUE(Put(*s, kNs, HashOf(4), MakeValue(kValueBytes, rng_)).ok());
+  ASSERT_GE(s->Stats().evicted_blocks, 1u);
+  EXPECT_EQ(Lookup(*s, kNs, {HashOf(2)}), 0u);  // the tail went first
+  EXPECT_EQ(Lookup(*s, kNs, chain), 2u);        // the prefix 0, 1 is still reachable
+}
+
 TEST_F(BlockStoreTest, LeasesProtectBlocksUntilGetOrExpiry) {
   const uint64_t c = ChargeOfOneBlock();
   auto s = Open(Options(20 * c + c / 2));
