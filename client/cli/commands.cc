@@ -326,6 +326,38 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
   return absl::OkStatus();
 }
 
+struct DropArgs {
+  std::string ns;
+};
+
+absl::Status RunNsDrop(const GlobalOptions& g, const Client& c, const DropArgs& a) {
+  TURBOKV_ASSIGN_OR_RETURN(uint64_t id, client::ParseNamespaceId(a.ns));
+  TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, c.DropNamespace(id, Call(g)));
+  JsonObject o;
+  o.Add("namespace_id", client::FormatNamespaceId(id)).Add("deleted_blocks", deleted);
+  Emit(g, o);
+  return absl::OkStatus();
+}
+
+struct DeleteArgs {
+  std::string ns, tokens;
+};
+
+// Deletes the full blocks of a prompt (the blocks `put` stores for the same tokens).
+absl::Status RunDelete(const GlobalOptions& g, const Client& c, const DeleteArgs& a) {
+  TURBOKV_ASSIGN_OR_RETURN(uint64_t id, client::ParseNamespaceId(a.ns));
+  TURBOKV_ASSIGN_OR_RETURN(NamespaceDescriptor d, FindNamespace(g, c, id));
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<uint32_t> tokens, LoadTokens(a.tokens));
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string> hashes, HashTokens(d, id, tokens));
+  TURBOKV_ASSIGN_OR_RETURN(uint32_t deleted, c.DeleteBlocks(id, hashes, Call(g)));
+  JsonObject o;
+  o.Add("namespace_id", client::FormatNamespaceId(id))
+      .Add("chain_blocks", static_cast<uint64_t>(hashes.size()))
+      .Add("deleted_blocks", static_cast<uint64_t>(deleted));
+  Emit(g, o);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void Emit(const GlobalOptions& g, const JsonObject& obj) {
@@ -355,6 +387,24 @@ void AddNamespaceCommands(CLI::App& app, Action* action) {
   reg->add_option("--ttl-seconds", a->d.ttl_seconds);
   reg->callback([a, action] {
     *action = [a](const GlobalOptions& g, const Client& c) { return RunNsRegister(g, c, *a); };
+  });
+  CLI::App* drop = ns->add_subcommand("drop", "delete a namespace and all its blocks (on every node)");
+  auto d = std::make_shared<DropArgs>();
+  drop->add_option("--namespace", d->ns, "namespace id (16 hex digits)")->required();
+  drop->callback([d, action] {
+    *action = [d](const GlobalOptions& g, const Client& c) { return RunNsDrop(g, c, *d); };
+  });
+}
+
+void AddDeleteCommand(CLI::App& app, Action* action) {
+  CLI::App* del = app.add_subcommand("delete", "delete the stored full blocks of a prompt");
+  auto a = std::make_shared<DeleteArgs>();
+  del->add_option("--namespace", a->ns, "namespace id (16 hex digits)")->required();
+  del->add_option("--tokens", a->tokens, "TOKENS.npy int32/int64 [T]")
+      ->required()
+      ->check(CLI::ExistingFile);
+  del->callback([a, action] {
+    *action = [a](const GlobalOptions& g, const Client& c) { return RunDelete(g, c, *a); };
   });
 }
 

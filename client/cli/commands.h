@@ -27,7 +27,8 @@ struct GlobalOptions {
 // Runs a command against the connected nodes (one node behaves as a plain Client).
 using Action = std::function<absl::Status(const GlobalOptions&, const client::ShardedClient&)>;
 
-void AddNamespaceCommands(CLI::App& app, Action* action);  // ns register
+void AddNamespaceCommands(CLI::App& app, Action* action);  // ns register, ns drop
+void AddDeleteCommand(CLI::App& app, Action* action);
 void AddPutCommand(CLI::App& app, Action* action);
 void AddLookupCommand(CLI::App& app, Action* action);
 void AddGetCommand(CLI::App& app, Action* action);

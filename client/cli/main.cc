@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   turbokv::cli::AddPutCommand(app, &action);
   turbokv::cli::AddLookupCommand(app, &action);
   turbokv::cli::AddGetCommand(app, &action);
+  turbokv::cli::AddDeleteCommand(app, &action);
   turbokv::cli::AddStatsCommand(app, &action);
   turbokv::cli::AddBenchCommand(app, &action);
   try {

@@ -101,6 +101,26 @@ def test_cli_lossy_preset_quality(turbokv_cli, turbokv_server, tmp_path):
     assert 0.005 < rel < 0.0097, rel
 
 
+def test_cli_delete_and_ns_drop(turbokv_cli, turbokv_server):
+    kv_path, tok_path = _fixture("stories260k")
+    ns = _register(turbokv_cli, turbokv_server, kv_path)
+    ns_id = ns["namespace_id"]
+    put = run(turbokv_cli, turbokv_server, "put", "--namespace", ns_id, "--kv", kv_path,
+              "--tokens", tok_path)
+    assert put["blocks_stored"] == 4
+    d = run(turbokv_cli, turbokv_server, "delete", "--namespace", ns_id, "--tokens", tok_path)
+    assert (d["chain_blocks"], d["deleted_blocks"]) == (4, 4)
+    lk = run(turbokv_cli, turbokv_server, "lookup", "--namespace", ns_id, "--tokens", tok_path)
+    assert lk["matched_blocks"] == 0
+    run(turbokv_cli, turbokv_server, "put", "--namespace", ns_id, "--kv", kv_path,
+        "--tokens", tok_path)
+    dropped = run(turbokv_cli, turbokv_server, "ns", "drop", "--namespace", ns_id)
+    assert dropped["deleted_blocks"] == 4
+    p = run(turbokv_cli, turbokv_server, "lookup", "--namespace", ns_id, "--tokens", tok_path,
+            check=False)
+    assert p.returncode == 1 and "NOT_FOUND" in p.stderr  # the namespace is gone
+
+
 def test_cli_stats_and_human_output(turbokv_cli, turbokv_server):
     kv_path, _ = _fixture("stories260k")
     ns = _register(turbokv_cli, turbokv_server, kv_path)
