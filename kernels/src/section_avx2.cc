@@ -444,24 +444,9 @@ bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, 
         job, lay, static_cast<size_t>(done), full, src, dst);
   });
   if (!ok) return false;
-  // The remaining (< 8) groups take the scalar path (identical math).
-  const size_t index_bytes = static_cast<size_t>(g) * p.bits / 8;
-  const int G = job.head_dim / g;
-  float xs[kMaxGroupSize];
-  EncodedGroup enc;
-  for (size_t gi = full; gi < lay.groups; ++gi) {
-    for (int j = 0; j < g; ++j) {
-      xs[j] = LoadAsFloat(src, job.source, gi * g + j);
-      if (!IsFiniteFloat(xs[j])) return false;
-    }
-    if (!EncodeGroup(p, xs, static_cast<int>(gi % G) * g, &enc)) return false;
-    std::memcpy(dst + lay.scales + 2 * gi, &enc.scale, 2);
-    PackIndices(enc.idx, g, p.bits, dst + lay.indices + gi * index_bytes);
-    if (job.codec.qjl) {
-      std::memcpy(dst + lay.residuals + 2 * gi, &enc.residual, 2);
-      std::memcpy(dst + lay.qjl_bits + gi * (g / 8), enc.qjl_bits, g / 8);
-    }
-  }
+  // The remaining (< 8) groups take the scalar path (identical math); on a non-finite value
+  // or an overflow the caller reruns the whole section on it to report the position.
+  if (EncodeGroupsScalar(job, lay, full, lay.groups, src, dst).kind != EncodeError::kNone) return false;
   err->kind = EncodeError::kNone;
   return true;
 }
@@ -481,23 +466,7 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
     return true;
   });
   if (!ok) return false;
-  const size_t index_bytes = static_cast<size_t>(g) * p.bits / 8;
-  const int G = job.head_dim / g;
-  float xs[kMaxGroupSize];
-  uint8_t idx_lane[kMaxGroupSize];
-  const uint8_t zero_bits[kMaxGroupSize / 8] = {};
-  for (size_t gi = full; gi < lay.groups; ++gi) {
-    uint16_t scale, residual = 0;
-    std::memcpy(&scale, src + lay.scales + 2 * gi, 2);
-    UnpackIndices(src + lay.indices + gi * index_bytes, g, p.bits, idx_lane);
-    const uint8_t* qbits = zero_bits;
-    if (job.codec.qjl) {
-      std::memcpy(&residual, src + lay.residuals + 2 * gi, 2);
-      qbits = src + lay.qjl_bits + gi * (g / 8);
-    }
-    DecodeGroup(p, idx_lane, qbits, scale, residual, static_cast<int>(gi % G) * g, xs);
-    for (int j = 0; j < g; ++j) StoreFromFloat(out, out_dtype, gi * g + j, xs[j]);
-  }
+  DecodeGroupsScalar(job, lay, full, lay.groups, src, out_dtype, out);
   return true;
 }
 

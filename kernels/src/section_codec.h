@@ -49,7 +49,13 @@ struct EncodeError {
   int coordinate = 0; // coordinate (kNonFinite) or first coordinate of the group
 };
 
-// Scalar reference path (group_math.h, one group at a time).
+// Scalar reference path (group_math.h, one group at a time), for groups [begin, end) of a
+// quantized section; the SIMD paths use it for the groups left over after their last full batch.
+EncodeError EncodeGroupsScalar(const SectionJob& job, const SectionLayout& lay, size_t begin,
+                               size_t end, const uint8_t* src, uint8_t* dst);
+void DecodeGroupsScalar(const SectionJob& job, const SectionLayout& lay, size_t begin, size_t end,
+                        const uint8_t* src, DType out_dtype, uint8_t* out);
+// Whole sections (any codec).
 EncodeError EncodeSectionScalar(const SectionJob& job, const uint8_t* src, uint8_t* dst);
 void DecodeSectionScalar(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out);
 

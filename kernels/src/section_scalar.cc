@@ -165,58 +165,51 @@ void DecodePlain(const SectionJob& job, const uint8_t* src, DType out_dtype, uin
 
 }  // namespace
 
-EncodeError EncodeSectionScalar(const SectionJob& job, const uint8_t* src, uint8_t* dst) {
-  if (!job.codec.quantized()) return EncodePlain(job, src, dst);
+EncodeError EncodeGroupsScalar(const SectionJob& job, const SectionLayout& lay, size_t begin,
+                               size_t end, const uint8_t* src, uint8_t* dst) {
   EncodeError err;
-  const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
   const int g = job.codec.group_size;
   const int groups_per_vector = job.head_dim / g;
   const size_t index_bytes = static_cast<size_t>(g) * job.codec.bits / 8;
   float x[kMaxGroupSize];
   EncodedGroup enc;
-  for (size_t v = 0; v < job.vectors; ++v) {
-    for (int k = 0; k < groups_per_vector; ++k) {
-      const size_t base = v * job.head_dim + static_cast<size_t>(k) * g;
-      for (int j = 0; j < g; ++j) {
-        x[j] = LoadAsFloat(src, job.source, base + j);
-        if (!IsFiniteFloat(x[j])) {
-          err.kind = EncodeError::kNonFinite;
-          err.vector = v;
-          err.coordinate = k * g + j;
-          return err;
-        }
-      }
-      const size_t gi = v * groups_per_vector + k;
-      if (!EncodeGroup(job.params, x, k * g, &enc)) {
-        err.kind = EncodeError::kScaleOverflow;
+  for (size_t gi = begin; gi < end; ++gi) {
+    const size_t v = gi / groups_per_vector;
+    const int k = static_cast<int>(gi % groups_per_vector);
+    for (int j = 0; j < g; ++j) {
+      x[j] = LoadAsFloat(src, job.source, gi * g + j);
+      if (!IsFiniteFloat(x[j])) {
+        err.kind = EncodeError::kNonFinite;
         err.vector = v;
-        err.coordinate = k * g;
+        err.coordinate = k * g + j;
         return err;
       }
-      std::memcpy(dst + lay.scales + 2 * gi, &enc.scale, 2);
-      PackIndices(enc.idx, g, job.codec.bits, dst + lay.indices + gi * index_bytes);
-      if (job.codec.qjl) {
-        std::memcpy(dst + lay.residuals + 2 * gi, &enc.residual, 2);
-        std::memcpy(dst + lay.qjl_bits + gi * (g / 8), enc.qjl_bits, g / 8);
-      }
+    }
+    if (!EncodeGroup(job.params, x, k * g, &enc)) {
+      err.kind = EncodeError::kScaleOverflow;
+      err.vector = v;
+      err.coordinate = k * g;
+      return err;
+    }
+    std::memcpy(dst + lay.scales + 2 * gi, &enc.scale, 2);
+    PackIndices(enc.idx, g, job.codec.bits, dst + lay.indices + gi * index_bytes);
+    if (job.codec.qjl) {
+      std::memcpy(dst + lay.residuals + 2 * gi, &enc.residual, 2);
+      std::memcpy(dst + lay.qjl_bits + gi * (g / 8), enc.qjl_bits, g / 8);
     }
   }
   return err;
 }
 
-void DecodeSectionScalar(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out) {
-  if (!job.codec.quantized()) {
-    DecodePlain(job, src, out_dtype, out);
-    return;
-  }
-  const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
+void DecodeGroupsScalar(const SectionJob& job, const SectionLayout& lay, size_t begin, size_t end,
+                        const uint8_t* src, DType out_dtype, uint8_t* out) {
   const int g = job.codec.group_size;
   const int groups_per_vector = job.head_dim / g;
   const size_t index_bytes = static_cast<size_t>(g) * job.codec.bits / 8;
   float x[kMaxGroupSize];
   uint8_t idx[kMaxGroupSize];
   const uint8_t zero_bits[kMaxGroupSize / 8] = {};
-  for (size_t gi = 0; gi < lay.groups; ++gi) {
+  for (size_t gi = begin; gi < end; ++gi) {
     const int k = static_cast<int>(gi % groups_per_vector);
     uint16_t scale, residual = 0;
     std::memcpy(&scale, src + lay.scales + 2 * gi, 2);
@@ -227,9 +220,23 @@ void DecodeSectionScalar(const SectionJob& job, const uint8_t* src, DType out_dt
       qbits = src + lay.qjl_bits + gi * (g / 8);
     }
     DecodeGroup(job.params, idx, qbits, scale, residual, k * g, x);
-    const size_t base = gi * g;
-    for (int j = 0; j < g; ++j) StoreFromFloat(out, out_dtype, base + j, x[j]);
+    for (int j = 0; j < g; ++j) StoreFromFloat(out, out_dtype, gi * g + j, x[j]);
   }
+}
+
+EncodeError EncodeSectionScalar(const SectionJob& job, const uint8_t* src, uint8_t* dst) {
+  if (!job.codec.quantized()) return EncodePlain(job, src, dst);
+  const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
+  return EncodeGroupsScalar(job, lay, 0, lay.groups, src, dst);
+}
+
+void DecodeSectionScalar(const SectionJob& job, const uint8_t* src, DType out_dtype, uint8_t* out) {
+  if (!job.codec.quantized()) {
+    DecodePlain(job, src, out_dtype, out);
+    return;
+  }
+  const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
+  DecodeGroupsScalar(job, lay, 0, lay.groups, src, out_dtype, out);
 }
 
 }  // namespace turbokv::codec::internal
