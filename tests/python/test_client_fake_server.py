@@ -13,7 +13,7 @@ from conftest import require_stubs
 
 require_stubs()
 
-from turbokv import Client, TurboKVError  # noqa: E402
+from turbokv import Client, StatusCode, TurboKVError  # noqa: E402
 from turbokv.v1 import turbokv_pb2 as pb  # noqa: E402
 from turbokv.v1 import turbokv_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -96,7 +96,7 @@ def test_put_chunks_and_results(fake):
     assert all(m.encoding == pb.ENCODING_PACKED and m.namespace_id == NS
                for m in svc.put_messages)
     assert res[0].ok and res[0].stored_bytes == 625
-    assert res[2].code == grpc.StatusCode.INVALID_ARGUMENT and res[2].message == "bad"
+    assert res[2].code == StatusCode.INVALID_ARGUMENT and res[2].message == "bad"
 
 
 def test_put_raw_validates_against_namespace_from_stats(fake):
@@ -112,7 +112,7 @@ def test_put_raw_validates_against_namespace_from_stats(fake):
         c.put_blocks(NS, [b"h" * 32] * 3, blocks.astype(np.float32))
     with pytest.raises(TurboKVError) as e:
         c.put_blocks(NS ^ 1, [b"h" * 32], blocks[:1])
-    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    assert e.value.code == StatusCode.NOT_FOUND
 
 
 def test_get_reassembles_interleaved_chunks(fake):
@@ -152,7 +152,7 @@ def test_get_rejects_broken_streams(fake, responses):
     svc.get_responses = responses
     with pytest.raises(TurboKVError) as e:
         c.get_packed_blocks(NS, [b"x" * 32])
-    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert e.value.code == StatusCode.DATA_LOSS
 
 
 def test_get_raw_size_mismatch_is_data_loss(fake):
@@ -160,13 +160,13 @@ def test_get_raw_size_mismatch_is_data_loss(fake):
     svc.get_responses = [chunk(0, 10, 0, b"0123456789")]
     with pytest.raises(TurboKVError) as e:
         c.get_blocks(NS, [b"x" * 32])
-    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert e.value.code == StatusCode.DATA_LOSS
 
 
 def test_retries_unavailable_then_succeeds(fake):
     svc, c = fake
     svc.fail_first = 2
-    assert c.stats()["version"] == "fake"
+    assert c.stats().version == "fake"
     assert svc.calls == 3
     svc.calls, svc.fail_first = 0, 1
     res = c.put_packed_blocks(NS, [b"k" * 8], [b"z" * 3000])  # the stream is replayed whole
@@ -179,11 +179,11 @@ def test_retries_are_bounded_and_only_for_unavailable(fake):
     svc.fail_first = 100
     with pytest.raises(TurboKVError) as e:
         c.lookup(NS, [b"a" * 32])
-    assert e.value.code == grpc.StatusCode.UNAVAILABLE and svc.calls == 4
+    assert e.value.code == StatusCode.UNAVAILABLE and svc.calls == 4
     svc.fail_first, svc.calls = 0, 0
     with pytest.raises(TurboKVError) as e:
         c.lookup(NS, [b"a" * 32], lease_seconds=7)
-    assert e.value.code == grpc.StatusCode.NOT_FOUND and e.value.details == "unknown namespace"
+    assert e.value.code == StatusCode.NOT_FOUND and e.value.details == "unknown namespace"
     assert svc.calls == 1
 
 

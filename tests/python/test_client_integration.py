@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 
-import grpc
 import numpy as np
 import pytest
 
 from conftest import FIXTURES
+from turbokv.errors import StatusCode
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def _put_ok(c, ns, hashes, blocks):
     res = c.put_blocks(ns, hashes, blocks)
     assert len(res) == len(hashes)
     for r in res:
-        assert r.code == grpc.StatusCode.OK, r.message
+        assert r.code == StatusCode.OK, r.message
         assert r.stored_bytes > 0
     return res
 
@@ -118,10 +118,10 @@ def test_register_is_idempotent_and_validates(turbokv_client):
     with pytest.raises(TurboKVError) as e:
         c.register_namespace(model="m", num_layers=2, num_kv_heads=2, head_dim=0,
                              block_tokens=16, dtype="fp16", preset="k4v4-g32")
-    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.code == StatusCode.INVALID_ARGUMENT
     with pytest.raises(TurboKVError) as e:
         _register(c, kv, 16, "no-such-preset")
-    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.code == StatusCode.INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
@@ -145,6 +145,31 @@ def test_raw_preset_is_bit_exact(turbokv_client, dtype):
     for g, b in zip(got, blocks):
         assert g is not None and g.dtype == b.dtype and g.shape == b.shape
         assert g.tobytes() == b.tobytes()
+
+
+def test_async_gets_into_caller_buffers(turbokv_client):
+    """A connector's pattern: puts and layer-range gets in flight together, fetched into one
+    preallocated staging array (fp32 output of an fp16 namespace), then packed blocks into
+    caller slots; the raw preset makes every value checkable."""
+    from turbokv import PrefixHasher
+    c = turbokv_client
+    kv = _random_kv(4, 96, 2, 64, seed=3)
+    info = _register(c, kv, 16, "raw", model="async")
+    ns = info.namespace_id
+    hashes = PrefixHasher(ns).block_hashes(np.arange(96), 16)
+    blocks = _blocks(kv, 16)
+    puts = [c.put_blocks_async(ns, hashes[i:i + 2], blocks[i:i + 2]) for i in range(0, 6, 2)]
+    assert all(r.ok for f in puts for r in f.result(timeout=60))
+    staging = np.zeros((6, 2, 2, 16, 2, 64), dtype=np.float32)  # layers [1, 3), fp32
+    gets = [c.get_blocks_async(ns, hashes[i:i + 3], dtype="fp32", layers=(1, 3),
+                               out=staging[i:i + 3]) for i in (0, 3)]
+    for f in gets:
+        assert all(b is not None and b.base is not None for b in f.result(timeout=60))
+    assert np.array_equal(staging, blocks[:, 1:3].astype(np.float32))
+    slots = np.zeros((6, info.packed_block_bytes + 64), dtype=np.uint8)
+    packed = c.get_packed_blocks(ns, hashes, out=list(slots))
+    assert [len(p) for p in packed] == [info.packed_block_bytes] * 6
+    assert [p.tobytes() for p in packed] == c.get_packed_blocks(ns, hashes)
 
 
 def _preset_quality(c, kv, tokens, preset, bt=16):
@@ -224,7 +249,7 @@ def test_lookup_leading_match(turbokv_client):
     assert c.lookup(ns, PrefixHasher(ns, b"lora-1").block_hashes(tokens, 16)).matched_blocks == 0
     with pytest.raises(TurboKVError) as e:
         c.lookup(ns ^ 1, chain)
-    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    assert e.value.code == StatusCode.NOT_FOUND
 
 
 def test_get_missing_blocks_are_none(turbokv_client):
@@ -299,7 +324,7 @@ def test_packed_round_trip_and_chunking(turbokv_server):
     bad = bytearray(packed[0])
     bad[len(bad) // 2] ^= 0xFF
     res = c.put_packed_blocks(info.namespace_id, [b"\x01" * 32], [bytes(bad)])
-    assert res[0].code != grpc.StatusCode.OK
+    assert res[0].code != StatusCode.OK
     c.close()
 
 
@@ -331,19 +356,19 @@ def test_delete_drop_and_stats(turbokv_client):
     chain = PrefixHasher(ns).block_hashes(tokens, 16)
     _put_ok(c, ns, chain, _blocks(kv, 16))
     s = c.stats()
-    mine = [n for n in s["namespaces"] if n["namespace_id"] == ns]
-    assert len(mine) == 1
-    assert mine[0]["blocks"] == 4
-    assert mine[0]["logical_bytes"] == 4 * info.raw_block_bytes
-    assert mine[0]["stored_bytes"] >= 4 * info.packed_block_bytes
-    assert mine[0]["descriptor"]["num_layers"] == 5
-    assert s["blocks"] >= 4 and s["codec_backend"]
+    mine = [n for n in s.namespaces if n.namespace_id == ns]
+    assert len(mine) == 1 and s.namespace(ns) == mine[0]
+    assert mine[0].blocks == 4
+    assert mine[0].logical_bytes == 4 * info.raw_block_bytes
+    assert mine[0].stored_bytes >= 4 * info.packed_block_bytes
+    assert mine[0].descriptor["num_layers"] == 5
+    assert s.blocks >= 4 and s.codec_backend and s.nodes is None
     assert c.delete_blocks(ns, chain[2:] + [b"\x07" * 32]) == 2
     assert c.lookup(ns, chain).matched_blocks == 2
     assert c.drop_namespace(ns) == 2
     with pytest.raises(TurboKVError) as e:
         c.lookup(ns, chain)
-    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    assert e.value.code == StatusCode.NOT_FOUND
 
 
 def test_put_validation(turbokv_client):
@@ -364,20 +389,20 @@ def test_put_validation(turbokv_client):
     # A 4-byte hash is outside 8..32: refused by the server (per block or for the call).
     try:
         res = c.put_blocks(ns, [b"abcd"], blocks)
-        assert res[0].code == grpc.StatusCode.INVALID_ARGUMENT
+        assert res[0].code == StatusCode.INVALID_ARGUMENT
     except TurboKVError as e:
-        assert e.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.code == StatusCode.INVALID_ARGUMENT
     # NaN is refused with INVALID_ARGUMENT, per block.
     nan = blocks.copy()
     nan[0, 0, 0, 0, 0, 0] = np.nan
     try:
         res = c.put_blocks(ns, chain, nan)
-        assert res[0].code == grpc.StatusCode.INVALID_ARGUMENT, res[0]
+        assert res[0].code == StatusCode.INVALID_ARGUMENT, res[0]
     except TurboKVError as e:
-        assert e.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.code == StatusCode.INVALID_ARGUMENT
     with pytest.raises(TurboKVError) as e:
         c.put_blocks(ns ^ 0xFF, chain, blocks)
-    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    assert e.value.code == StatusCode.NOT_FOUND
 
 
 def test_retries_then_unavailable_and_deadline():
@@ -390,7 +415,7 @@ def test_retries_then_unavailable_and_deadline():
     t0 = time.monotonic()
     with pytest.raises(TurboKVError) as e:
         c.stats()
-    assert e.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert e.value.code in (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED)
     assert time.monotonic() - t0 < 6.0
     with pytest.raises(ValueError):
         Client("")

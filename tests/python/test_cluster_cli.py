@@ -44,7 +44,7 @@ def test_cli_over_three_nodes(cluster, tmp_path, replicas):  # noqa: F811
     ns_id = int(ns["namespace_id"], 16)
     for n in cluster:  # registered on every node
         with Client(n.address) as c:
-            assert ns_id in {x["namespace_id"] for x in c.stats()["namespaces"]}
+            assert ns_id in {x.namespace_id for x in c.stats().namespaces}
     put = _cli(spec, "put", "--namespace", ns["namespace_id"], "--kv", kv_path, "--tokens",
                tok_path, replicas=replicas)
     assert put["blocks_stored"] == 16

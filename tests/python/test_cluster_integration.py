@@ -160,7 +160,7 @@ def test_kill_and_restart_one_of_three(cluster):
         # register on every node: each server knows both namespaces
         for n in cluster:
             with Client(n.address) as c:
-                ids = {x["namespace_id"] for x in c.stats()["namespaces"]}
+                ids = {x.namespace_id for x in c.stats().namespaces}
                 assert {ns1, ns2} <= ids
         chains1 = _put_all(r1, ns1, prompts)
         chains2 = _put_all(r2, ns2, prompts)
@@ -171,7 +171,7 @@ def test_kill_and_restart_one_of_three(cluster):
             per_node[r1.owners(h)[0]] += 1
         assert all(v > 0 for v in per_node.values()), per_node
         st = r2.node_stats()
-        copies = sum(next(x["blocks"] for x in s["namespaces"] if x["namespace_id"] == ns2)
+        copies = sum(next(x.blocks for x in s.namespaces if x.namespace_id == ns2)
                      for s in st.values())
         assert copies == 2 * len(all2)
 
@@ -201,6 +201,12 @@ def test_kill_and_restart_one_of_three(cluster):
             assert (b is None) == (h in on_dead)
             if b is not None:
                 assert b == ref
+        # the same into caller memory: the dead node's slots are left as they were
+        staging1 = np.full((len(all1),) + decoded[0].shape, 3, dtype=np.float16)
+        into = r1.get_blocks(ns1, all1, out=staging1)
+        for h, b, slot in zip(all1, into, staging1):
+            assert (b is None) == (h in on_dead)
+            assert np.all(slot == 3) if b is None else np.shares_memory(b, slot)
         # a put of blocks owned by the dead node reports them per block, not as an error
         res = r1.put_packed_blocks(ns1, all1, before1)
         assert [r.ok for r in res] == [h not in on_dead for h in all1]
@@ -211,6 +217,10 @@ def test_kill_and_restart_one_of_three(cluster):
         assert r2.get_packed_blocks(ns2, all2) == before2
         arrays = r2.get_blocks(ns2, all2[:3])
         assert all(a is not None for a in arrays)
+        staging2 = np.zeros((3,) + arrays[0].shape, dtype=np.float16)
+        into = r2.get_blocks_async(ns2, all2[:3], out=staging2).result(timeout=60)
+        assert all(np.shares_memory(b, staging2) for b in into)
+        assert np.array_equal(staging2, np.stack(arrays))
 
         # R = 2 writes while the node is down: each block lands on its live owner only.
         from turbokv import PrefixHasher
@@ -248,8 +258,7 @@ def test_kill_and_restart_one_of_three(cluster):
 
 
 def test_all_nodes_down_is_unavailable(cluster):
-    import grpc
-    from turbokv import ShardedClient, TurboKVError
+    from turbokv import ShardedClient, StatusCode, TurboKVError
     c = ShardedClient(",".join(n.address for n in cluster), timeout=5)
     try:
         ns = c.register_namespace(model="m", num_layers=1, num_kv_heads=1, head_dim=64,
@@ -258,7 +267,7 @@ def test_all_nodes_down_is_unavailable(cluster):
             n.kill()
         with pytest.raises(TurboKVError) as e:
             c.lookup(ns, [b"\x01" * 32])
-        assert e.value.code == grpc.StatusCode.UNAVAILABLE
+        assert e.value.code == StatusCode.UNAVAILABLE
     finally:
         c.close()
 

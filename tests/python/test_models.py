@@ -527,6 +527,6 @@ def test_demo_against_real_server(stories, turbokv_client):
     # head_dim 8 has one 8-wide group per head vector: 4-bit codes + norms, well above 2x.
     assert 2.0 < t["compression_ratio"] < 16.0 / 4.0
     assert t["max_abs_logit_delta"] < 5.0 and t["argmax_agree"] >= 2
-    ns = [n for n in turbokv_client.stats()["namespaces"] if n["namespace_id"] == demo.ns]
-    assert ns and ns[0]["blocks"] == t["put_blocks"] and ns[0]["stored_bytes"] == t["stored_bytes"]
+    ns = turbokv_client.stats().namespace(demo.ns)
+    assert ns and ns.blocks == t["put_blocks"] and ns.stored_bytes == t["stored_bytes"]
     assert "this namespace" in demo_mod.format_server_stats(turbokv_client.stats(), demo.ns)

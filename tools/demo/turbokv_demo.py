@@ -86,7 +86,7 @@ class RequestReport:
 
 
 def _is_ok(code) -> bool:
-    """Accepts a grpc.StatusCode, an int or a name for a per-block result code."""
+    """Accepts a turbokv.StatusCode, an int or a name for a per-block result code."""
     name = getattr(code, "name", code)
     return name in ("OK", 0) or code == 0
 
@@ -330,7 +330,10 @@ def format_table(demo: Demo) -> str:
 
 
 def format_server_stats(stats: Optional[dict], namespace_id: int) -> str:
-    """One line from ``Client.stats()``: the server as a whole and the demo's namespace."""
+    """One line from ``Client.stats()`` (the ServerStats or its dict): the server as a whole
+    and the demo's namespace."""
+    if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
+        stats = dataclasses.asdict(stats)
     if not stats or "error" in stats:
         return f"server stats unavailable: {(stats or {}).get('error', 'no answer')}"
 
@@ -379,8 +382,7 @@ def main(argv=None) -> int:
                     max_new_tokens=args.max_new_tokens, cache_salt=args.cache_salt)
         demo.run(args.scenario)
         try:
-            stats = client.stats()
-            stats = json.loads(json.dumps(dict(stats), default=str))
+            stats = json.loads(json.dumps(dataclasses.asdict(client.stats()), default=str))
         except TurboKVError as e:
             stats = {"error": str(e)}
     except TurboKVError as e:

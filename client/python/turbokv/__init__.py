@@ -1,6 +1,6 @@
 """turbokv: Python client of the turbokv KV-cache store.
 
-    from turbokv import Client, PrefixHasher, TurboKVError
+    from turbokv import Client, PrefixHasher, StatusCode, TurboKVError
 
 ``Client`` speaks the gRPC API of proto/turbokv/v1/turbokv.proto; ``PrefixHasher`` computes
 block hashes (the cross-language contract in hasher.py). Names are imported lazily so that the
@@ -15,6 +15,9 @@ _LAZY = {
     "NamespaceInfo": ("turbokv.client", "NamespaceInfo"),
     "BlockResult": ("turbokv.client", "BlockResult"),
     "LookupResult": ("turbokv.client", "LookupResult"),
+    "NamespaceStats": ("turbokv.client", "NamespaceStats"),
+    "ServerStats": ("turbokv.client", "ServerStats"),
+    "StatusCode": ("turbokv.errors", "StatusCode"),
     "TurboKVError": ("turbokv.errors", "TurboKVError"),
     "PrefixHasher": ("turbokv.hasher", "PrefixHasher"),
     "ShardedClient": ("turbokv.sharded_client", "ShardedClient"),

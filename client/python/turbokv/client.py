@@ -9,21 +9,34 @@ Shapes: a raw KV block is ``[num_layers][2][block_tokens][num_kv_heads][head_dim
     fp16    ``np.float16``
     fp32    ``np.float32``
     bf16    ``np.uint16`` holding the bfloat16 bit patterns (``arr.view(np.uint16)``;
-            ``ml_dtypes.bfloat16`` arrays are accepted on input too). Returned as uint16.
+            ``ml_dtypes.bfloat16`` arrays and bf16 torch tensors are accepted on input too).
+            Returned as uint16.
     ======  ==================================================================
 
-Errors: a failed RPC raises :class:`TurboKVError` with ``.code`` (a ``grpc.StatusCode``) and
-``.details``: INVALID_ARGUMENT (bad descriptor, shape, dtype, hash length, malformed packed
-block), NOT_FOUND (unknown namespace; a missing *block* is ``None`` in results, never an
-error), RESOURCE_EXHAUSTED (store full, request too large), UNAVAILABLE (server unreachable or
-shutting down, after retries), DEADLINE_EXCEEDED, DATA_LOSS (corruption, or a response stream
-that does not reassemble). Arguments that are wrong before any RPC (shapes, dtypes, lengths)
-raise ``ValueError``.
+Caller-owned memory (turbokv/buffers.py): blocks to put may be numpy arrays, CPU torch tensors
+or buffer-protocol objects (read in place, no intermediate copy); ``get_blocks(..., out=)``
+and ``get_packed_blocks(..., out=)`` write fetched blocks straight into the caller's buffers
+(each chunk is copied once, from the gRPC message into its place).
+
+Errors: a failed call raises :class:`TurboKVError` with ``.code`` (a
+:class:`turbokv.StatusCode`) and ``.details``: INVALID_ARGUMENT (bad descriptor, shape,
+dtype, hash length, malformed packed block), NOT_FOUND (unknown namespace; a missing *block*
+is ``None`` in results, never an error), RESOURCE_EXHAUSTED (store full, request too large),
+UNAVAILABLE (server unreachable or shutting down, after retries), DEADLINE_EXCEEDED,
+DATA_LOSS (corruption, or a response stream that does not reassemble), CANCELLED (client
+closed during the call). Arguments that are wrong before any RPC (shapes, dtypes, lengths,
+buffers) raise ``ValueError`` / ``TypeError``.
 
 Retries and deadlines: every v1 RPC is idempotent, so every call is retried on UNAVAILABLE
 with exponential backoff (``max_attempts`` attempts in all, 50 ms doubling to at most 2 s,
 +-20% jitter) within one deadline of ``timeout`` seconds per call (attempts and sleeps
-included). Streams are retried as a whole.
+included; the per-call ``timeout=`` argument overrides the client's). Streams are retried
+as a whole (a retried get rewrites ``out``).
+
+Concurrency: ``lookup_async``, ``get_blocks_async``, ``get_packed_blocks_async``,
+``put_blocks_async`` and ``put_packed_blocks_async`` take the same arguments and return
+``concurrent.futures.Future`` objects, run on a pool of ``max_concurrent_calls`` threads
+(turbokv/_async.py: the deadline starts at submission).
 
 Thread safety: a Client may be shared by threads (one gRPC channel).
 """
@@ -33,12 +46,15 @@ import dataclasses
 import random
 import threading
 import time
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import grpc
 import numpy as np
 
-from .errors import TurboKVError, code_from_int
+from . import buffers
+from ._async import AsyncCalls
+from .errors import StatusCode, TurboKVError
 
 try:
     from .v1 import turbokv_pb2 as pb
@@ -51,20 +67,32 @@ except ImportError as _e:  # pragma: no cover - exercised only in broken install
 
 #: Largest ``data`` of one PutBlocks message (the API's limit).
 MAX_CHUNK_BYTES = 1 << 20
+#: Largest packed block the client accepts from a server (the codec refuses blocks over 1 GiB).
+MAX_BLOCK_BYTES = 1 << 30
 
 _DTYPE_TO_PB = {"fp16": pb.DTYPE_FP16, "bf16": pb.DTYPE_BF16, "fp32": pb.DTYPE_FP32}
 _PB_TO_DTYPE = {v: k for k, v in _DTYPE_TO_PB.items()}
 _DTYPE_ALIASES = {"fp16": "fp16", "float16": "fp16", "f16": "fp16", "bf16": "bf16",
                   "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32", "f32": "fp32"}
 # numpy dtype used for each namespace dtype (bf16 travels as its uint16 bit patterns).
-_NUMPY = {"fp16": np.dtype("<f2"), "bf16": np.dtype("<u2"), "fp32": np.dtype("<f4")}
+_NUMPY: Dict[str, "np.dtype[Any]"] = {"fp16": np.dtype("<f2"), "bf16": np.dtype("<u2"),
+                                      "fp32": np.dtype("<f4")}
+
+T = TypeVar("T")
+Layers = Union[Tuple[int, int], range, slice, None]
 
 
-def _dtype_name(dtype) -> str:
+def _dtype_name(dtype: Any) -> str:
     key = str(dtype).lower()
     if key not in _DTYPE_ALIASES:
         raise ValueError("unknown dtype %r; expected fp16, bf16 or fp32" % (dtype,))
     return _DTYPE_ALIASES[key]
+
+
+def _code(e: grpc.RpcError) -> StatusCode:
+    """The StatusCode of a grpc error (the one place grpc's enum is read)."""
+    code = e.code() if hasattr(e, "code") else None
+    return StatusCode.from_int(code.value[0]) if code is not None else StatusCode.UNKNOWN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +103,8 @@ class NamespaceInfo:
     ``raw_block_bytes`` / ``packed_block_bytes`` are the bytes of one block raw (namespace
     dtype) and packed; ``bits_per_value`` = packed_block_bytes * 8 / values per block;
     ``created`` is False when the namespace already existed. ``descriptor`` is the canonical
-    descriptor as a dict (codec resolved to explicit sections).
+    descriptor as a dict (codec resolved to explicit sections; keys as in the proto's
+    NamespaceDescriptor, ``codec`` a dict of CodecConfig's fields).
     """
     namespace_id: int
     created: bool
@@ -88,7 +117,7 @@ class NamespaceInfo:
     head_dim: int
     block_tokens: int
     dtype: str
-    descriptor: dict
+    descriptor: Dict[str, Any]
 
     @property
     def compression_ratio(self) -> float:
@@ -97,16 +126,16 @@ class NamespaceInfo:
 
 @dataclasses.dataclass(frozen=True)
 class BlockResult:
-    """Outcome of one block of a put: ``code`` (grpc.StatusCode; OK = stored and durable per
-    the server), ``message`` (empty when OK), ``stored_bytes`` (packed bytes stored)."""
+    """Outcome of one block of a put: ``code`` (:class:`StatusCode`; OK = stored and durable
+    per the server), ``message`` (empty when OK), ``stored_bytes`` (packed bytes stored)."""
     block_hash: bytes
-    code: grpc.StatusCode
+    code: StatusCode
     message: str
     stored_bytes: int
 
     @property
     def ok(self) -> bool:
-        return self.code == grpc.StatusCode.OK
+        return self.code == StatusCode.OK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +147,47 @@ class LookupResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class NamespaceStats:
+    """One namespace in :class:`ServerStats`: ``blocks`` stored, ``stored_bytes`` (packed
+    value bytes on disk), ``logical_bytes`` (the raw bytes those blocks represent in the
+    namespace dtype), ``descriptor`` (canonical, as in :class:`NamespaceInfo`)."""
+    namespace_id: int
+    descriptor: Dict[str, Any]
+    blocks: int
+    stored_bytes: int
+    logical_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerStats:
+    """Result of :meth:`Client.stats` (units: bytes, blocks; counters since the server
+    started: ``evicted_blocks``, ``checksum_failures``).
+
+    ``capacity_bytes`` is the hard budget of stored bytes, ``used_bytes`` the stored bytes
+    (values and keys), ``logical_bytes`` the raw bytes the stored blocks represent;
+    ``codec_backend`` is "cpu-avx2", "cpu-avx512", "cpu-scalar" or "cuda", ``durability``
+    "none", "wal" or "fsync". From a ShardedClient the counters are sums over the nodes that
+    answered, ``namespaces`` are merged by id, and ``nodes`` holds each node's own stats
+    (None for a node that did not answer); from a Client ``nodes`` is None.
+    """
+    capacity_bytes: int
+    used_bytes: int
+    blocks: int
+    logical_bytes: int
+    evicted_blocks: int
+    checksum_failures: int
+    codec_backend: str
+    durability: str
+    version: str
+    namespaces: List[NamespaceStats]
+    nodes: Optional[Dict[str, Optional["ServerStats"]]] = None
+
+    def namespace(self, namespace_id: int) -> Optional[NamespaceStats]:
+        """The stats of one namespace; None when the server does not know it."""
+        return next((n for n in self.namespaces if n.namespace_id == namespace_id), None)
+
+
+@dataclasses.dataclass(frozen=True)
 class _Shape:
     num_layers: int
     num_kv_heads: int
@@ -126,10 +196,10 @@ class _Shape:
     dtype: str
 
 
-def _descriptor_dict(d) -> dict:
+def _descriptor_dict(d: Any) -> Dict[str, Any]:
     c = d.codec
 
-    def section(s):
+    def section(s: Any) -> Dict[str, Any]:
         return {"bits": s.bits, "group_size": s.group_size, "qjl": s.qjl}
 
     codec = {
@@ -156,7 +226,7 @@ _CODEC_FIELDS = ("protected_first_layers", "protected_last_layers", "protected_b
                  "disable_norm_correction", "rotation_seed", "qjl_seed")
 
 
-def _section(value, name) -> "pb.SectionCodec":
+def _section(value: Any, name: str) -> Any:
     if isinstance(value, pb.SectionCodec):
         return value
     if not isinstance(value, dict) or not set(value) <= {"bits", "group_size", "qjl"}:
@@ -167,7 +237,21 @@ def _section(value, name) -> "pb.SectionCodec":
                            qjl=bool(value.get("qjl", False)))
 
 
-class Client:
+def _block_view(a: np.ndarray, i: int, want: Tuple[int, ...], npdt: "np.dtype[Any]",
+                dtype_name: str) -> memoryview:
+    """Validates block i of a put and returns its bytes (a view; a copy only when the caller's
+    array is not C-contiguous)."""
+    if tuple(a.shape) != want:
+        raise ValueError("block %d has shape %s, namespace needs %s" % (i, tuple(a.shape), want))
+    if dtype_name == "bf16" and a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":
+        a = a.view(np.uint16)
+    if a.dtype.newbyteorder("<") != npdt.newbyteorder("<") or a.dtype.kind != npdt.kind:
+        raise ValueError("block %d has dtype %s, namespace dtype %s needs %s" %
+                         (i, a.dtype, dtype_name, npdt))
+    return np.ascontiguousarray(a, dtype=npdt).reshape(-1).view(np.uint8).data
+
+
+class Client(AsyncCalls):
     """A connection to one turbokv server.
 
     Args:
@@ -176,11 +260,14 @@ class Client:
       max_attempts: attempts per call on UNAVAILABLE (1 = no retry). Default 4.
       max_chunk_bytes: largest chunk of a put message, <= 1 MiB. Default 1 MiB.
       options: extra gRPC channel options.
+      max_concurrent_calls: threads running the ``*_async`` calls (created on first use).
+        Default 8.
     """
 
     def __init__(self, target: str, timeout: float = 30.0, max_attempts: int = 4,
                  max_chunk_bytes: int = MAX_CHUNK_BYTES,
-                 options: Optional[Sequence[Tuple[str, object]]] = None):
+                 options: Optional[Sequence[Tuple[str, Any]]] = None,
+                 max_concurrent_calls: int = 8):
         if not target:
             raise ValueError("empty server target")
         if not 1 <= int(max_attempts) <= 10:
@@ -189,11 +276,15 @@ class Client:
             raise ValueError("max_chunk_bytes must be in [1024, %d]" % MAX_CHUNK_BYTES)
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        if not 1 <= int(max_concurrent_calls) <= 256:
+            raise ValueError("max_concurrent_calls must be in [1, 256]")
         self.target = target
         self.timeout = float(timeout)
         self.max_attempts = int(max_attempts)
         self.max_chunk_bytes = int(max_chunk_bytes)
-        opts = [("grpc.max_receive_message_length", 16 << 20), ("grpc.enable_retries", 0)]
+        self.max_concurrent_calls = int(max_concurrent_calls)
+        opts: List[Tuple[str, Any]] = [("grpc.max_receive_message_length", 16 << 20),
+                                       ("grpc.enable_retries", 0)]
         opts.extend(options or [])
         self._channel = grpc.insecure_channel(target, options=opts)
         self._stub = pb_grpc.TurboKVStub(self._channel)
@@ -202,34 +293,42 @@ class Client:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        """Cancels queued ``*_async`` calls, waits for running ones, closes the channel."""
+        self._close_async()
         self._channel.close()
 
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     # -- retry loop --------------------------------------------------------------------------
-    def _call(self, fn, timeout: Optional[float] = None):
-        """Runs fn(remaining_seconds) with retries on UNAVAILABLE, within one deadline."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else float(timeout))
+    def _deadline(self, timeout: Optional[float]) -> float:
+        budget = self.timeout if timeout is None else float(timeout)
+        if budget <= 0:
+            raise TurboKVError(StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+        return time.monotonic() + budget
+
+    def _call(self, fn: Callable[[float], T], deadline: float) -> T:
+        """Runs fn(remaining_seconds) with retries on UNAVAILABLE, until ``deadline``
+        (time.monotonic() seconds)."""
         backoff = 0.05
         attempt = 1
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TurboKVError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+                raise TurboKVError(StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
             try:
                 return fn(remaining)
             except grpc.RpcError as e:
-                code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
-                details = e.details() if hasattr(e, "details") else str(e)
-                if code != grpc.StatusCode.UNAVAILABLE or attempt >= self.max_attempts:
-                    raise TurboKVError(code, details or "") from None
+                code = _code(e)
+                details = (e.details() if hasattr(e, "details") else str(e)) or ""
+                if code != StatusCode.UNAVAILABLE or attempt >= self.max_attempts:
+                    raise TurboKVError(code, details) from None
                 sleep = backoff * random.uniform(0.8, 1.2)
                 if time.monotonic() + sleep >= deadline:
-                    raise TurboKVError(code, details or "") from None
+                    raise TurboKVError(code, details) from None
                 time.sleep(sleep)
                 backoff = min(backoff * 2, 2.0)
                 attempt += 1
@@ -239,7 +338,8 @@ class Client:
                            block_tokens: int, dtype: str = "fp16", preset: str = "",
                            model_revision: str = "", *, tp_rank: int = 0, tp_size: int = 0,
                            cache_salt: str = "", ttl_seconds: int = 0,
-                           timeout: Optional[float] = None, **codec_overrides) -> NamespaceInfo:
+                           timeout: Optional[float] = None,
+                           **codec_overrides: Any) -> NamespaceInfo:
         """Registers (or finds) a namespace; idempotent (same descriptor -> same id).
 
         Args:
@@ -254,6 +354,7 @@ class Client:
           TurboKVError: INVALID_ARGUMENT for a bad descriptor or codec.
           ValueError / TypeError: unknown dtype or override.
         """
+        deadline = self._deadline(timeout)
         codec = pb.CodecConfig(preset=preset)
         for k, v in codec_overrides.items():
             if k in ("key", "value"):
@@ -270,7 +371,7 @@ class Client:
             block_tokens=block_tokens, tp_rank=tp_rank, tp_size=tp_size, cache_salt=cache_salt,
             codec=codec, ttl_seconds=ttl_seconds)
         req = pb.RegisterNamespaceRequest(namespace_descriptor=d)
-        resp = self._call(lambda t: self._stub.RegisterNamespace(req, timeout=t), timeout)
+        resp = self._call(lambda t: self._stub.RegisterNamespace(req, timeout=t), deadline)
         cd = resp.namespace_descriptor
         info = NamespaceInfo(
             namespace_id=resp.namespace_id, created=resp.created,
@@ -286,20 +387,19 @@ class Client:
         with self._lock:
             self._shapes[ns_id] = shape
 
-    def _shape(self, ns_id: int) -> _Shape:
+    def _shape(self, ns_id: int, deadline: float) -> _Shape:
         with self._lock:
             s = self._shapes.get(ns_id)
         if s is not None:
             return s
-        for ns in self.stats()["namespaces"]:
-            d = ns["descriptor"]
-            self._remember(ns["namespace_id"], _Shape(d["num_layers"], d["num_kv_heads"],
-                                                      d["head_dim"], d["block_tokens"],
-                                                      d["dtype"]))
+        for ns in self.stats(timeout=deadline - time.monotonic()).namespaces:
+            d = ns.descriptor
+            self._remember(ns.namespace_id, _Shape(d["num_layers"], d["num_kv_heads"],
+                                                   d["head_dim"], d["block_tokens"], d["dtype"]))
         with self._lock:
             s = self._shapes.get(ns_id)
         if s is None:
-            raise TurboKVError(grpc.StatusCode.NOT_FOUND,
+            raise TurboKVError(StatusCode.NOT_FOUND,
                                "namespace %016x is not registered on the server" % ns_id)
         return s
 
@@ -307,56 +407,56 @@ class Client:
         """Drops a namespace and its blocks; returns the number of blocks deleted.
         Raises TurboKVError NOT_FOUND for an unknown namespace."""
         req = pb.DropNamespaceRequest(namespace_id=namespace_id)
-        resp = self._call(lambda t: self._stub.DropNamespace(req, timeout=t), timeout)
+        resp = self._call(lambda t: self._stub.DropNamespace(req, timeout=t),
+                          self._deadline(timeout))
         with self._lock:
             self._shapes.pop(namespace_id, None)
-        return resp.deleted_blocks
+        return int(resp.deleted_blocks)
 
     # -- put ---------------------------------------------------------------------------------
-    def put_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                   blocks: Union[np.ndarray, Sequence[np.ndarray]],
+    def put_blocks(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
                    timeout: Optional[float] = None) -> List[BlockResult]:
         """Stores raw blocks: ``blocks[i]`` under ``hashes[i]``.
 
         Args:
-          blocks: ``np.ndarray [n][L][2][block_tokens][H][D]`` or a sequence of ``[L][2]
-            [block_tokens][H][D]`` arrays, in the namespace dtype (see the module docstring;
-            bf16 as uint16 bit patterns).
+          blocks: ``[n][L][2][block_tokens][H][D]`` (one numpy array or CPU torch tensor), or
+            a sequence of ``[L][2][block_tokens][H][D]`` arrays/tensors, in the namespace
+            dtype (see the module docstring; bf16 as uint16 bit patterns or bf16 tensors).
+            Read in place (copied only when not C-contiguous).
         Returns:
           One :class:`BlockResult` per block, in order (a per-block failure is its ``code``).
         Raises:
           ValueError: lengths, shapes or dtype do not match the namespace.
           TurboKVError: NOT_FOUND (namespace), INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...
         """
-        shape = self._shape(namespace_id)
+        deadline = self._deadline(timeout)
+        shape = self._shape(namespace_id, deadline)
         want = (shape.num_layers, 2, shape.block_tokens, shape.num_kv_heads, shape.head_dim)
         npdt = _NUMPY[shape.dtype]
-        if isinstance(blocks, np.ndarray) and blocks.ndim == 6:
-            blocks = list(blocks)
-        payloads = []
-        for i, b in enumerate(blocks):
-            a = np.asarray(b)
-            if tuple(a.shape) != want:
-                raise ValueError("block %d has shape %s, namespace needs %s" %
-                                 (i, tuple(a.shape), want))
-            if shape.dtype == "bf16" and a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":
-                a = a.view(np.uint16)
-            if a.dtype.newbyteorder("<") != npdt.newbyteorder("<") or a.dtype.kind != npdt.kind:
-                raise ValueError("block %d has dtype %s, namespace dtype %s needs %s" %
-                                 (i, a.dtype, shape.dtype, npdt))
-            payloads.append(np.ascontiguousarray(a, dtype=npdt).tobytes())
-        return self._put(namespace_id, hashes, payloads, pb.ENCODING_RAW, timeout)
+        if not isinstance(blocks, (list, tuple)):
+            arr = buffers.as_array(blocks, "blocks")
+            items: Sequence[Any] = list(arr) if arr.ndim == len(want) + 1 else [arr]
+        else:
+            items = blocks
+        payloads = [_block_view(buffers.as_array(b, "blocks[%d]" % i), i, want, npdt,
+                                shape.dtype) for i, b in enumerate(items)]
+        return self._put(namespace_id, hashes, payloads, pb.ENCODING_RAW, deadline)
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          blocks: Sequence[bytes],
+                          blocks: Sequence[Any],
                           timeout: Optional[float] = None) -> List[BlockResult]:
-        """Stores packed blocks (kernels/FORMAT.md) as they are; the server validates the
-        header, namespace, codec and checksum (per-block INVALID_ARGUMENT otherwise).
+        """Stores packed blocks (kernels/FORMAT.md) as they are: ``bytes`` or any
+        C-contiguous buffer (uint8 arrays, CPU tensors). The server validates the header,
+        namespace, codec and checksum (per-block INVALID_ARGUMENT otherwise).
         Returns one :class:`BlockResult` per block."""
-        return self._put(namespace_id, hashes, [bytes(b) for b in blocks], pb.ENCODING_PACKED,
-                         timeout)
+        payloads = [b if isinstance(b, bytes) else
+                    buffers.byte_view(b, "blocks[%d]" % i).data
+                    for i, b in enumerate(blocks)]
+        return self._put(namespace_id, hashes, payloads, pb.ENCODING_PACKED,
+                         self._deadline(timeout))
 
-    def _put(self, ns_id, hashes, payloads, encoding, timeout) -> List[BlockResult]:
+    def _put(self, ns_id: int, hashes: Sequence[bytes], payloads: Sequence[Any], encoding: Any,
+             deadline: float) -> List[BlockResult]:
         hashes = [bytes(h) for h in hashes]
         if len(hashes) != len(payloads):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(payloads)))
@@ -364,21 +464,26 @@ class Client:
             return []
         chunk = self.max_chunk_bytes
 
-        def requests() -> Iterator["pb.PutBlocksRequest"]:
+        def requests() -> Iterator[Any]:
             for h, data in zip(hashes, payloads):
                 n = len(data)
+                if isinstance(data, bytes) and n <= chunk:
+                    yield pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h,
+                                              encoding=encoding, block_bytes=n, offset=0,
+                                              data=data)
+                    continue
                 view = memoryview(data)
                 for off in range(0, max(n, 1), chunk):
                     yield pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h,
                                               encoding=encoding, block_bytes=n, offset=off,
                                               data=bytes(view[off:off + chunk]))
 
-        resp = self._call(lambda t: self._stub.PutBlocks(requests(), timeout=t), timeout)
+        resp = self._call(lambda t: self._stub.PutBlocks(requests(), timeout=t), deadline)
         if len(resp.results) != len(payloads):
-            raise TurboKVError(grpc.StatusCode.INTERNAL, "PutBlocks returned %d results for "
+            raise TurboKVError(StatusCode.INTERNAL, "PutBlocks returned %d results for "
                                "%d blocks" % (len(resp.results), len(payloads)))
-        return [BlockResult(r.block_hash, code_from_int(r.code), r.message, r.stored_bytes)
-                for r in resp.results]
+        return [BlockResult(r.block_hash, StatusCode.from_int(r.code), r.message,
+                            r.stored_bytes) for r in resp.results]
 
     # -- lookup / get ------------------------------------------------------------------------
     def lookup(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
@@ -389,12 +494,12 @@ class Client:
         or the lease ends. Raises TurboKVError NOT_FOUND for an unknown namespace."""
         req = pb.LookupRequest(namespace_id=namespace_id, block_hashes=[bytes(h) for h in hashes],
                                lease_seconds=lease_seconds)
-        resp = self._call(lambda t: self._stub.Lookup(req, timeout=t), timeout)
+        resp = self._call(lambda t: self._stub.Lookup(req, timeout=t), self._deadline(timeout))
         return LookupResult(resp.matched_blocks, resp.matched_tokens)
 
     def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: Optional[str] = None,
-                   layers: Optional[Union[Tuple[int, int], range, slice]] = None,
-                   timeout: Optional[float] = None) -> List[Optional[np.ndarray]]:
+                   layers: Layers = None, timeout: Optional[float] = None,
+                   out: Any = None) -> List[Optional[np.ndarray]]:
         """Fetches blocks decoded to ``dtype``.
 
         Args:
@@ -402,53 +507,77 @@ class Client:
             dtype.
           layers: ``(begin, end)`` half-open layer range (or a range / slice with step 1);
             None = all layers.
+          out: caller-owned memory for the blocks: one writable C-contiguous buffer of
+            exactly ``len(hashes) * block_nbytes`` bytes (block i at byte ``i *
+            block_nbytes``; e.g. an array ``[n][end-begin][2][block_tokens][H][D]``), or a
+            sequence of ``len(hashes)`` buffers of ``block_nbytes`` each; ``block_nbytes =
+            (end-begin) * 2 * block_tokens * H * D * itemsize(dtype)``. numpy arrays, CPU
+            torch tensors (pinned or not) or buffer-protocol objects; a typed buffer must have
+            the output dtype (or be uint8). The slot of a missing block is left as it was; on
+            an error the contents of ``out`` are unspecified.
         Returns:
-          One entry per hash: ``np.ndarray [end-begin][2][block_tokens][H][D]`` or None when
-          the block is not stored.
+          One entry per hash: ``np.ndarray [end-begin][2][block_tokens][H][D]`` (a view into
+          ``out`` when given, else a new writable array) or None when the block is not stored.
         Raises:
+          ValueError: a bad layer range, dtype or ``out``.
           TurboKVError: NOT_FOUND (namespace), INVALID_ARGUMENT (dtype, layer range),
-            DATA_LOSS (stream that does not reassemble).
+            DATA_LOSS (stream that does not reassemble), DEADLINE_EXCEEDED, UNAVAILABLE.
         """
-        shape = self._shape(namespace_id)
+        deadline = self._deadline(timeout)
+        shape = self._shape(namespace_id, deadline)
         begin, end = _layer_range(layers, shape.num_layers)
         dt = _dtype_name(dtype) if dtype is not None else shape.dtype
+        npdt = _NUMPY[dt]
+        want = (end - begin, 2, shape.block_tokens, shape.num_kv_heads, shape.head_dim)
+        nbytes = int(np.prod(want)) * npdt.itemsize
+        slots = (buffers.block_slots(out, len(hashes), nbytes, npdt)
+                 if out is not None else None)
         req = pb.GetBlocksRequest(namespace_id=namespace_id,
                                   block_hashes=[bytes(h) for h in hashes],
                                   encoding=pb.ENCODING_RAW, dtype=_DTYPE_TO_PB[dt],
                                   layer_begin=begin, layer_end=end)
-        raw, got_dtype = self._get(req, len(hashes), timeout)
-        out_dt = _PB_TO_DTYPE.get(got_dtype, dt)
-        npdt = _NUMPY[out_dt]
-        want = (end - begin, 2, shape.block_tokens, shape.num_kv_heads, shape.head_dim)
-        out: List[Optional[np.ndarray]] = []
-        for i, b in enumerate(raw):
-            if b is None:
-                out.append(None)
-                continue
-            n = int(np.prod(want)) * npdt.itemsize
-            if len(b) != n:
-                raise TurboKVError(grpc.StatusCode.DATA_LOSS, "block %d has %d bytes, expected "
-                                   "%d for shape %s %s" % (i, len(b), n, want, out_dt))
-            out.append(np.frombuffer(b, dtype=npdt).reshape(want))
-        return out
+        raw, got_dtype = self._get(req, len(hashes), deadline, slots, nbytes)
+        if got_dtype not in (pb.DTYPE_UNSPECIFIED, _DTYPE_TO_PB[dt]):
+            raise TurboKVError(StatusCode.DATA_LOSS, "GetBlocks returned dtype %d, asked for %s"
+                               % (got_dtype, dt))
+        return [None if b is None else b.view(npdt).reshape(want) for b in raw]
 
     def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          timeout: Optional[float] = None) -> List[Optional[bytes]]:
-        """Fetches packed blocks as stored: one ``bytes`` or None (not stored) per hash."""
+                          timeout: Optional[float] = None, out: Any = None) -> List[Any]:
+        """Fetches packed blocks as stored.
+
+        Args:
+          out: caller-owned memory (as in :meth:`get_blocks`): one writable buffer split
+            into ``len(hashes)`` equal slots, or a sequence of one buffer per hash; each slot
+            must hold at least the namespace's ``packed_block_bytes``.
+        Returns:
+          One entry per hash, None when not stored: ``bytes``, or with ``out`` a uint8
+          ``np.ndarray`` view of the filled part of the slot.
+        Raises:
+          ValueError: ``out`` is malformed or a block does not fit its slot.
+          TurboKVError: NOT_FOUND (namespace), DATA_LOSS, DEADLINE_EXCEEDED, UNAVAILABLE.
+        """
+        deadline = self._deadline(timeout)
+        slots = (buffers.block_slots(out, len(hashes), 0, np.dtype(np.uint8), exact=False)
+                 if out is not None else None)
         req = pb.GetBlocksRequest(namespace_id=namespace_id,
                                   block_hashes=[bytes(h) for h in hashes],
                                   encoding=pb.ENCODING_PACKED)
-        raw, _ = self._get(req, len(hashes), timeout)
-        return raw
+        raw, _ = self._get(req, len(hashes), deadline, slots, None)
+        if slots is not None:
+            return list(raw)
+        return [None if b is None else b.tobytes() for b in raw]
 
-    def _get(self, req, n: int, timeout) -> Tuple[List[Optional[bytes]], int]:
+    def _get(self, req: Any, n: int, deadline: float, slots: Optional[List[np.ndarray]],
+             expected_bytes: Optional[int]) -> Tuple[List[Optional[np.ndarray]], int]:
         if n == 0:
             return [], pb.DTYPE_UNSPECIFIED
 
-        def attempt(t):
-            return _assemble(self._stub.GetBlocks(req, timeout=t), n, req.encoding)
+        def attempt(t: float) -> Tuple[List[Optional[np.ndarray]], int]:
+            return _assemble(self._stub.GetBlocks(req, timeout=t), n, req.encoding, slots,
+                             expected_bytes)
 
-        return self._call(attempt, timeout)
+        return self._call(attempt, deadline)
 
     # -- delete / stats ----------------------------------------------------------------------
     def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
@@ -456,29 +585,27 @@ class Client:
         """Deletes blocks; returns how many existed. NOT_FOUND for an unknown namespace."""
         req = pb.DeleteBlocksRequest(namespace_id=namespace_id,
                                      block_hashes=[bytes(h) for h in hashes])
-        return self._call(lambda t: self._stub.DeleteBlocks(req, timeout=t), timeout).deleted_blocks
+        resp = self._call(lambda t: self._stub.DeleteBlocks(req, timeout=t),
+                          self._deadline(timeout))
+        return int(resp.deleted_blocks)
 
-    def stats(self, timeout: Optional[float] = None) -> dict:
-        """Server statistics as a dict: capacity_bytes, used_bytes, blocks, logical_bytes,
-        evicted_blocks, checksum_failures, codec_backend, durability, version and
-        ``namespaces``: a list of dicts (namespace_id int, descriptor dict, blocks,
-        stored_bytes, logical_bytes)."""
-        r = self._call(lambda t: self._stub.Stats(pb.StatsRequest(), timeout=t), timeout)
-        return {
-            "capacity_bytes": r.capacity_bytes, "used_bytes": r.used_bytes, "blocks": r.blocks,
-            "logical_bytes": r.logical_bytes, "evicted_blocks": r.evicted_blocks,
-            "checksum_failures": r.checksum_failures, "codec_backend": r.codec_backend,
-            "durability": r.durability, "version": r.version,
-            "namespaces": [{
-                "namespace_id": ns.namespace_id,
-                "descriptor": _descriptor_dict(ns.namespace_descriptor),
-                "blocks": ns.blocks, "stored_bytes": ns.stored_bytes,
-                "logical_bytes": ns.logical_bytes,
-            } for ns in r.namespaces],
-        }
+    def stats(self, timeout: Optional[float] = None) -> ServerStats:
+        """Server statistics (:class:`ServerStats`)."""
+        r = self._call(lambda t: self._stub.Stats(pb.StatsRequest(), timeout=t),
+                       self._deadline(timeout))
+        return ServerStats(
+            capacity_bytes=r.capacity_bytes, used_bytes=r.used_bytes, blocks=r.blocks,
+            logical_bytes=r.logical_bytes, evicted_blocks=r.evicted_blocks,
+            checksum_failures=r.checksum_failures, codec_backend=r.codec_backend,
+            durability=r.durability, version=r.version,
+            namespaces=[NamespaceStats(
+                namespace_id=ns.namespace_id,
+                descriptor=_descriptor_dict(ns.namespace_descriptor), blocks=ns.blocks,
+                stored_bytes=ns.stored_bytes, logical_bytes=ns.logical_bytes)
+                for ns in r.namespaces])
 
 
-def _layer_range(layers, num_layers: int) -> Tuple[int, int]:
+def _layer_range(layers: Layers, num_layers: int) -> Tuple[int, int]:
     if layers is None:
         return 0, num_layers
     if isinstance(layers, (range, slice)):
@@ -494,18 +621,26 @@ def _layer_range(layers, num_layers: int) -> Tuple[int, int]:
     return begin, end
 
 
-def _assemble(responses: Iterable, n: int, encoding: int) -> Tuple[List[Optional[bytes]], int]:
+def _assemble(responses: Iterable[Any], n: int, encoding: int,
+              slots: Optional[List[np.ndarray]] = None,
+              expected_bytes: Optional[int] = None) -> Tuple[List[Optional[np.ndarray]], int]:
     """Reassembles a GetBlocks response stream into n blocks (None = missing).
 
+    Each block is written, chunk by chunk, into ``slots[i]`` (caller-owned uint8 views) or a
+    new uint8 array; the result holds uint8 views of the blocks. ``expected_bytes``: the size
+    every block must have (raw blocks), else at most the slot or MAX_BLOCK_BYTES.
+
     Raises TurboKVError DATA_LOSS on out-of-range indices, out-of-order or overlapping
-    chunks, size changes, blocks never reported, or incomplete blocks."""
-    bufs: List[Optional[bytearray]] = [None] * n
+    chunks, size changes, sizes other than expected, blocks never reported, or incomplete
+    blocks; ValueError when a block does not fit its caller-owned slot."""
+    bufs: List[Optional[np.ndarray]] = [None] * n
     sizes = [-1] * n
+    filled = [0] * n
     missing = [False] * n
     dtype = pb.DTYPE_UNSPECIFIED
 
-    def loss(msg):
-        return TurboKVError(grpc.StatusCode.DATA_LOSS, "GetBlocks " + msg)
+    def loss(msg: str) -> TurboKVError:
+        return TurboKVError(StatusCode.DATA_LOSS, "GetBlocks " + msg)
 
     for r in responses:
         i = r.index
@@ -525,28 +660,44 @@ def _assemble(responses: Iterable, n: int, encoding: int) -> Tuple[List[Optional
                 dtype = r.dtype
             elif r.dtype != dtype:
                 raise loss("blocks of different dtypes")
-        if bufs[i] is None:
+        buf = bufs[i]
+        if buf is None:
             if r.offset != 0:
                 raise loss("block %d starts at offset %d" % (i, r.offset))
-            bufs[i] = bytearray()
-            sizes[i] = r.block_bytes
+            size = int(r.block_bytes)
+            if expected_bytes is not None and size != expected_bytes:
+                raise loss("block %d has %d bytes, expected %d" % (i, size, expected_bytes))
+            if slots is not None:
+                if size > slots[i].nbytes:
+                    raise ValueError("block %d has %d bytes; its out slot has %d"
+                                     % (i, size, slots[i].nbytes))
+                buf = slots[i][:size]
+            elif size > MAX_BLOCK_BYTES:
+                raise loss("block %d claims %d bytes (limit %d)" % (i, size, MAX_BLOCK_BYTES))
+            else:
+                buf = np.empty(size, dtype=np.uint8)
+            bufs[i] = buf
+            sizes[i] = size
         elif r.block_bytes != sizes[i]:
             raise loss("block %d changed size" % i)
-        buf = bufs[i]
-        if r.offset != len(buf) or (len(buf) == sizes[i] and len(r.data) == 0 and sizes[i] > 0):
-            raise loss("block %d chunk at offset %d, expected %d" % (i, r.offset, len(buf)))
-        if r.offset + len(r.data) > sizes[i]:
+        data = r.data  # (each read of a bytes field makes a new bytes object)
+        k = len(data)
+        if r.offset != filled[i] or (filled[i] == sizes[i] and k == 0 and sizes[i] > 0):
+            raise loss("block %d chunk at offset %d, expected %d" % (i, r.offset, filled[i]))
+        if r.offset + k > sizes[i]:
             raise loss("block %d chunk exceeds block_bytes %d" % (i, sizes[i]))
-        buf += r.data
-    out: List[Optional[bytes]] = []
+        if k:
+            buf[filled[i]:filled[i] + k] = np.frombuffer(data, dtype=np.uint8)
+            filled[i] += k
+    out: List[Optional[np.ndarray]] = []
     for i in range(n):
         if missing[i]:
             out.append(None)
         elif bufs[i] is None:
             raise loss("stream ended without a response for block %d" % i)
-        elif len(bufs[i]) != sizes[i]:
+        elif filled[i] != sizes[i]:
             raise loss("stream ended with block %d incomplete (%d of %d bytes)"
-                       % (i, len(bufs[i]), sizes[i]))
+                       % (i, filled[i], sizes[i]))
         else:
-            out.append(bytes(bufs[i]))
+            out.append(bufs[i])
     return out, dtype

@@ -34,18 +34,20 @@ Thread safety: a ShardedClient may be shared by threads.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-import grpc
 import numpy as np
 
-from . import sharding
-from .client import BlockResult, Client, LookupResult, NamespaceInfo
-from .errors import TurboKVError
+from . import buffers, sharding
+from ._async import AsyncCalls
+from .client import (BlockResult, Client, Layers, LookupResult, NamespaceInfo, NamespaceStats,
+                     ServerStats)
+from .errors import StatusCode, TurboKVError
 
-_NODE_FAILURES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_NODE_FAILURES = (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED)
 # Reconnect quickly to a node that comes back (gRPC's default backoff grows to 120 s).
 _CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100),
                     ("grpc.min_reconnect_backoff_ms", 100),
@@ -61,7 +63,7 @@ class _NodeDown(Exception):
         self.error = error
 
 
-class ShardedClient:
+class ShardedClient(AsyncCalls):
     """Many turbokv servers as one store.
 
     Args:
@@ -73,13 +75,15 @@ class ShardedClient:
         cost little; the other nodes still answer).
       node_down_seconds: how long a failed node is skipped. Default 5.
       dns_refresh_seconds: re-resolution period of DNS targets. Default 30.
+      max_concurrent_calls: threads running the ``*_async`` calls (created on first use;
+        each call fans out on a separate pool of 16). Default 8.
     Raises:
       ValueError: bad endpoints or options. OSError: a DNS name does not resolve at start.
     """
 
     def __init__(self, endpoints, replicas: int = 1, timeout: float = 30.0,
                  max_attempts: int = 2, node_down_seconds: float = 5.0,
-                 dns_refresh_seconds: float = 30.0):
+                 dns_refresh_seconds: float = 30.0, max_concurrent_calls: int = 8):
         self._endpoints = sharding.parse_endpoints(endpoints)
         if int(replicas) < 1:
             raise ValueError("replicas must be >= 1, got %r" % (replicas,))
@@ -88,6 +92,9 @@ class ShardedClient:
         self.max_attempts = int(max_attempts)
         self.node_down_seconds = float(node_down_seconds)
         self.dns_refresh_seconds = float(dns_refresh_seconds)
+        if not 1 <= int(max_concurrent_calls) <= 256:
+            raise ValueError("max_concurrent_calls must be in [1, 256]")
+        self.max_concurrent_calls = int(max_concurrent_calls)
         self._has_dns = any(ep.dns for ep in self._endpoints)
         self._lock = threading.Lock()
         self._clients: Dict[str, Client] = {}
@@ -96,13 +103,16 @@ class ShardedClient:
         self._block_tokens: Dict[int, int] = {}
         self._nodes: List[str] = []
         self._resolved_at = 0.0
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=16,
+        self._fan_pool = concurrent.futures.ThreadPoolExecutor(max_workers=16,
                                                            thread_name_prefix="turbokv-shard")
         self._set_nodes(sharding.resolve(self._endpoints))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        """Cancels queued ``*_async`` calls, waits for running ones, closes every node's
+        client."""
+        self._close_async()
+        self._fan_pool.shutdown(wait=True)
         with self._lock:
             for c in self._clients.values():
                 c.close()
@@ -111,7 +121,7 @@ class ShardedClient:
     def __enter__(self) -> "ShardedClient":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     # -- nodes -------------------------------------------------------------------------------
@@ -173,7 +183,7 @@ class ShardedClient:
         with self._lock:
             return self._clients[node]
 
-    def _on_node(self, node: str, ns_id: Optional[int], fn: Callable[[Client], object]):
+    def _on_node(self, node: str, ns_id: Optional[int], fn: Callable[..., Any]) -> Any:
         """fn(client of node); raises _NodeDown for a node that cannot answer."""
         if self._is_down(node):
             raise _NodeDown(node, None)
@@ -186,7 +196,7 @@ class ShardedClient:
                     with self._lock:
                         self._down_until[node] = time.monotonic() + self.node_down_seconds
                     raise _NodeDown(node, e) from None
-                if e.code != grpc.StatusCode.NOT_FOUND or ns_id is None:
+                if e.code != StatusCode.NOT_FOUND or ns_id is None:
                     raise
                 with self._lock:
                     kwargs = self._namespaces.get(ns_id)
@@ -197,9 +207,10 @@ class ShardedClient:
                 except TurboKVError as e2:
                     raise _NodeDown(node, e2) from None
 
-    def _fan_out(self, ns_id, work: Dict[str, Callable[[Client], object]]):
+    def _fan_out(self, ns_id: Optional[int],
+                 work: Mapping[str, Callable[..., Any]]) -> Dict[str, Any]:
         """Runs work[node] on every node concurrently: node -> result or _NodeDown."""
-        futures = {n: self._pool.submit(self._on_node, n, ns_id, fn) for n, fn in work.items()}
+        futures = {n: self._fan_pool.submit(self._on_node, n, ns_id, fn) for n, fn in work.items()}
         out = {}
         for n, f in futures.items():
             try:
@@ -213,10 +224,10 @@ class ShardedClient:
         if not results or any(not isinstance(r, _NodeDown) for r in results.values()):
             return
         errors = [r.error for r in results.values() if r.error is not None]
-        not_found = [e for e in errors if e.code == grpc.StatusCode.NOT_FOUND]
+        not_found = [e for e in errors if e.code == StatusCode.NOT_FOUND]
         if not_found and len(not_found) == len(errors):
             raise not_found[0]
-        raise TurboKVError(grpc.StatusCode.UNAVAILABLE, "no turbokv node answered (%s)" %
+        raise TurboKVError(StatusCode.UNAVAILABLE, "no turbokv node answered (%s)" %
                            ", ".join("%s: %s" % (n, r.error or "down")
                                      for n, r in sorted(results.items())))
 
@@ -251,16 +262,19 @@ class ShardedClient:
         return sum(r for r in results.values() if not isinstance(r, _NodeDown))
 
     # -- put ---------------------------------------------------------------------------------
-    def put_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                   blocks: Union[np.ndarray, Sequence[np.ndarray]],
+    def put_blocks(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
                    timeout: Optional[float] = None) -> List[BlockResult]:
         """Client.put_blocks over the cluster (see the module docstring for the results)."""
-        blocks = list(blocks)
-        return self._put(namespace_id, hashes, blocks,
+        if isinstance(blocks, (list, tuple)):
+            items = list(blocks)
+        else:
+            arr = buffers.as_array(blocks, "blocks")
+            items = list(arr) if arr.ndim == 6 else [arr]
+        return self._put(namespace_id, hashes, items,
                          lambda c, hs, bs: c.put_blocks(namespace_id, hs, bs, timeout))
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          blocks: Sequence[bytes],
+                          blocks: Sequence[Any],
                           timeout: Optional[float] = None) -> List[BlockResult]:
         """Client.put_packed_blocks over the cluster."""
         return self._put(namespace_id, hashes, list(blocks),
@@ -294,7 +308,7 @@ class ShardedClient:
                 out.append(got[0])
             else:
                 down = results[o[0]]
-                out.append(BlockResult(hashes[i], grpc.StatusCode.UNAVAILABLE,
+                out.append(BlockResult(hashes[i], StatusCode.UNAVAILABLE,
                                        "no owner of the block is reachable (%s: %s)"
                                        % (o[0], down.error or "marked down"), 0))
         return out
@@ -357,7 +371,7 @@ class ShardedClient:
         return LookupResult(g, g * bt)
 
     def _fan_out_fn(self, nodes, fn):
-        futures = {n: self._pool.submit(fn, n) for n in nodes}
+        futures = {n: self._fan_pool.submit(fn, n) for n in nodes}
         out = {}
         for n, f in futures.items():
             try:
@@ -368,26 +382,30 @@ class ShardedClient:
 
     # -- get ---------------------------------------------------------------------------------
     def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: Optional[str] = None,
-                   layers=None, timeout: Optional[float] = None) -> List[Optional[np.ndarray]]:
-        """Client.get_blocks over the cluster: each block from the first owner that has it."""
-        return self._get(namespace_id, hashes,
-                         lambda c, hs: c.get_blocks(namespace_id, hs, dtype=dtype, layers=layers,
-                                                    timeout=timeout))
+                   layers: Layers = None, timeout: Optional[float] = None,
+                   out: Any = None) -> List[Optional[np.ndarray]]:
+        """Client.get_blocks over the cluster: each block from the first owner that has it
+        (``out`` as in Client.get_blocks; each owner writes into the block's slot)."""
+        return self._get(namespace_id, hashes, out,
+                         lambda c, hs, o: c.get_blocks(namespace_id, hs, dtype=dtype,
+                                                       layers=layers, timeout=timeout, out=o))
 
     def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          timeout: Optional[float] = None) -> List[Optional[bytes]]:
+                          timeout: Optional[float] = None, out: Any = None) -> List[Any]:
         """Client.get_packed_blocks over the cluster."""
-        return self._get(namespace_id, hashes,
-                         lambda c, hs: c.get_packed_blocks(namespace_id, hs, timeout))
+        return self._get(namespace_id, hashes, out,
+                         lambda c, hs, o: c.get_packed_blocks(namespace_id, hs, timeout, out=o))
 
-    def _get(self, ns_id, hashes, get) -> list:
+    def _get(self, ns_id: int, hashes: Sequence[bytes], out: Any,
+             get: Callable[[Client, List[bytes], Optional[List[Any]]], List[Any]]) -> List[Any]:
         hashes = [bytes(h) for h in hashes]
+        slots = buffers.split_out(out, len(hashes)) if out is not None else None
         nodes = self.nodes()
         own = [self.owners(h, nodes) for h in hashes]
-        out: list = [None] * len(hashes)
+        result: List[Any] = [None] * len(hashes)
         pending = list(range(len(hashes)))
         any_answer = False
-        last_results: dict = {}
+        last_results: Dict[str, Any] = {}
         for r in range(max((len(o) for o in own), default=0)):
             per_node: Dict[str, List[int]] = {}
             for i in pending:
@@ -396,7 +414,8 @@ class ShardedClient:
             if not per_node:
                 break
             results = self._fan_out(ns_id, {
-                n: (lambda c, idx=idx: get(c, [hashes[i] for i in idx]))
+                n: (lambda c, idx=idx: get(c, [hashes[i] for i in idx],
+                                           None if slots is None else [slots[i] for i in idx]))
                 for n, idx in per_node.items()})
             last_results.update(results)
             for n, res in results.items():
@@ -404,13 +423,13 @@ class ShardedClient:
                     continue
                 any_answer = True
                 for i, b in zip(per_node[n], res):
-                    out[i] = b
-            pending = [i for i in pending if out[i] is None]
+                    result[i] = b
+            pending = [i for i in pending if result[i] is None]
             if not pending:
                 break
         if hashes and not any_answer:
             self._raise_if_none_answered(last_results)
-        return out
+        return result
 
     # -- delete / stats ----------------------------------------------------------------------
     def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
@@ -428,29 +447,39 @@ class ShardedClient:
         self._raise_if_none_answered(results)
         return sum(r for r in results.values() if not isinstance(r, _NodeDown))
 
-    def node_stats(self, timeout: Optional[float] = None) -> Dict[str, Optional[dict]]:
+    def node_stats(self, timeout: Optional[float] = None) -> Dict[str, Optional[ServerStats]]:
         """Client.stats of every node; None for a node that did not answer."""
         results = self._fan_out(None, {n: (lambda c: c.stats(timeout)) for n in self.nodes()})
         return {n: (None if isinstance(r, _NodeDown) else r) for n, r in results.items()}
 
-    def stats(self, timeout: Optional[float] = None) -> dict:
+    def stats(self, timeout: Optional[float] = None) -> ServerStats:
         """Sums of the nodes' counters (capacity_bytes, used_bytes, blocks, logical_bytes,
-        evicted_blocks, checksum_failures), ``namespaces`` merged by id, and ``nodes``: the
-        per-node answers (None when down). UNAVAILABLE when no node answers."""
+        evicted_blocks, checksum_failures), ``namespaces`` merged by id (blocks and bytes
+        summed over the copies), ``codec_backend`` / ``durability`` / ``version`` the
+        distinct values joined by ",", and ``nodes``: the per-node answers (None when down).
+        UNAVAILABLE when no node answers."""
         per = self.node_stats(timeout)
         live = [s for s in per.values() if s is not None]
         if not live:
-            raise TurboKVError(grpc.StatusCode.UNAVAILABLE, "no turbokv node answered")
-        keys = ("capacity_bytes", "used_bytes", "blocks", "logical_bytes", "evicted_blocks",
-                "checksum_failures")
-        out = {k: sum(s[k] for s in live) for k in keys}
-        merged: Dict[int, dict] = {}
+            raise TurboKVError(StatusCode.UNAVAILABLE, "no turbokv node answered")
+        merged: Dict[int, NamespaceStats] = {}
         for s in live:
-            for ns in s["namespaces"]:
-                m = merged.setdefault(ns["namespace_id"], dict(ns, blocks=0, stored_bytes=0,
-                                                                logical_bytes=0))
-                for k in ("blocks", "stored_bytes", "logical_bytes"):
-                    m[k] += ns[k]
-        out["namespaces"] = list(merged.values())
-        out["nodes"] = per
-        return out
+            for ns in s.namespaces:
+                m = merged.get(ns.namespace_id)
+                merged[ns.namespace_id] = ns if m is None else dataclasses.replace(
+                    m, blocks=m.blocks + ns.blocks, stored_bytes=m.stored_bytes + ns.stored_bytes,
+                    logical_bytes=m.logical_bytes + ns.logical_bytes)
+
+        def distinct(values: List[str]) -> str:
+            return ",".join(sorted(set(values)))
+
+        return ServerStats(
+            capacity_bytes=sum(s.capacity_bytes for s in live),
+            used_bytes=sum(s.used_bytes for s in live), blocks=sum(s.blocks for s in live),
+            logical_bytes=sum(s.logical_bytes for s in live),
+            evicted_blocks=sum(s.evicted_blocks for s in live),
+            checksum_failures=sum(s.checksum_failures for s in live),
+            codec_backend=distinct([s.codec_backend for s in live]),
+            durability=distinct([s.durability for s in live]),
+            version=distinct([s.version for s in live]),
+            namespaces=list(merged.values()), nodes=per)
