@@ -1,5 +1,6 @@
 #include "turbokv/codec/block_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -227,6 +228,64 @@ absl::Status BlockCodec::Decode(absl::Span<const uint8_t> packed, DType out_dtyp
       if (!(use_avx2 && internal::DecodeSectionAvx2(job, src, out_dtype, dst, use_avx512))) {
         internal::DecodeSectionScalar(job, src, out_dtype, dst);
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockCodec::ValidatePackedValues(absl::Span<const uint8_t> packed) const {
+  if (packed.size() != packed_bytes_) {
+    return absl::DataLossError(absl::StrCat("packed block is ", packed.size(),
+                                            " bytes; this codec's blocks are ", packed_bytes_));
+  }
+  // Largest fp16 bit patterns allowed: 0x7BFF = 65504 (anything above is Inf/NaN or has the
+  // sign bit set), 0x4000 = 2.0.
+  constexpr uint16_t kMaxScaleBits = 0x7BFF;
+  constexpr uint16_t kMaxResidualBits = 0x4000;
+  const size_t vectors = shape_.vectors_per_section();
+  for (size_t s = 0; s < plans_.size(); ++s) {
+    const SectionPlan& plan = plans_[s];
+    const uint8_t* section = packed.data() + plan.offset;
+    auto where = [&] {
+      return absl::StrCat("packed block layer ", s / 2, " ", s % 2 == 0 ? "K" : "V");
+    };
+    if (!plan.codec.quantized()) {
+      const DType stored = plan.codec.bits == 16 ? DType::kFloat16 : shape_.dtype;
+      const size_t values = vectors * static_cast<size_t>(shape_.head_dim);
+      const size_t bad = internal::FirstNonFinite(section, values, stored);
+      if (bad < values) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), " token ", bad / shape_.head_dim / shape_.num_kv_heads, " head ",
+            bad / shape_.head_dim % shape_.num_kv_heads, " coordinate ", bad % shape_.head_dim,
+            ": non-finite ", std::string(DTypeName(stored)), " value; KV values must be finite"));
+      }
+      continue;
+    }
+    const internal::SectionLayout lay =
+        internal::LayoutOf(plan.codec, vectors, shape_.head_dim, shape_.dtype);
+    auto check = [&](size_t at, uint16_t max_bits, const char* what) -> absl::Status {
+      uint16_t worst = 0;
+      for (size_t i = 0; i < lay.groups; ++i) {
+        uint16_t h;
+        std::memcpy(&h, section + at + 2 * i, 2);
+        worst = std::max(worst, h);
+      }
+      if (worst <= max_bits) return absl::OkStatus();
+      for (size_t i = 0; i < lay.groups; ++i) {
+        uint16_t h;
+        std::memcpy(&h, section + at + 2 * i, 2);
+        if (h > max_bits) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where(), " group ", i, ": ", what, " 0x", absl::Hex(h, absl::kZeroPad4),
+              max_bits == kMaxScaleBits ? " is not a finite non-negative fp16"
+                                        : " is not a finite fp16 in [0, 2]"));
+        }
+      }
+      return absl::OkStatus();
+    };
+    TURBOKV_RETURN_IF_ERROR(check(lay.scales, kMaxScaleBits, "scale"));
+    if (plan.codec.qjl) {
+      TURBOKV_RETURN_IF_ERROR(check(lay.residuals, kMaxResidualBits, "QJL residual norm"));
     }
   }
   return absl::OkStatus();

@@ -42,6 +42,10 @@ struct SectionLayout {
 };
 SectionLayout LayoutOf(const SectionCodec& codec, size_t vectors, int head_dim, DType source);
 
+// Index of the first non-finite value of `values` elements of `dtype` at `src`, or `values` when
+// all are finite (a vectorizable scan of the exponent bits).
+size_t FirstNonFinite(const uint8_t* src, size_t values, DType dtype);
+
 // First problem found while encoding, if any.
 struct EncodeError {
   enum Kind { kNone, kNonFinite, kScaleOverflow } kind = kNone;

@@ -95,7 +95,7 @@ namespace {
 // First non-finite element of a raw section, or `values` when all are finite. A tight loop over
 // the exponent bits that the compiler vectorizes; the raw preset is a memcpy plus this check.
 template <typename Word>
-size_t FirstNonFinite(const uint8_t* src, size_t values, Word exponent_mask) {
+size_t FirstNonFiniteWord(const uint8_t* src, size_t values, Word exponent_mask) {
   constexpr size_t kChunk = 1024;
   for (size_t start = 0; start < values; start += kChunk) {
     const size_t end = std::min(values, start + kChunk);
@@ -116,14 +116,18 @@ size_t FirstNonFinite(const uint8_t* src, size_t values, Word exponent_mask) {
   return values;
 }
 
+}  // namespace
+
 size_t FirstNonFinite(const uint8_t* src, size_t values, DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return FirstNonFinite<uint16_t>(src, values, 0x7C00u);
-    case DType::kBFloat16: return FirstNonFinite<uint16_t>(src, values, 0x7F80u);
-    case DType::kFloat32: return FirstNonFinite<uint32_t>(src, values, 0x7F800000u);
+    case DType::kFloat16: return FirstNonFiniteWord<uint16_t>(src, values, 0x7C00u);
+    case DType::kBFloat16: return FirstNonFiniteWord<uint16_t>(src, values, 0x7F80u);
+    case DType::kFloat32: return FirstNonFiniteWord<uint32_t>(src, values, 0x7F800000u);
   }
   return 0;
 }
+
+namespace {
 
 // Raw sections (verbatim copy) and fp16 sections (protected layers).
 EncodeError EncodePlain(const SectionJob& job, const uint8_t* src, uint8_t* dst) {

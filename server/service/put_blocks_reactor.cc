@@ -59,7 +59,8 @@ absl::Status ValidatePackedBlock(const Namespace& ns, absl::Span<const uint8_t> 
     return absl::DataLossError(
         absl::StrCat("packed block fails its checksum: ", checksum.message()));
   }
-  return absl::OkStatus();
+  // As strict as the RAW path: finite scales, residual norms and plain values.
+  return ns.codec.ValidatePackedValues(packed);
 }
 
 PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, v1::PutBlocksResponse* response)

@@ -26,14 +26,26 @@ namespace turbokv::testing {
 
 class ClusterNode {
  public:
+  struct Options {
+    int codec_threads = 1;
+    std::string data_dir;                 // "" = <dir>/data
+    std::string log_level = "warn";
+    std::vector<std::string> extra_args;  // appended to the command line
+  };
   // `dir` holds the data directory, port files and server.log; it is not removed.
   explicit ClusterNode(std::string dir, int codec_threads = 1)
-      : dir_(std::move(dir)), codec_threads_(codec_threads) {
+      : ClusterNode(std::move(dir), WithThreads(codec_threads)) {}
+  ClusterNode(std::string dir, Options options) : dir_(std::move(dir)), options_(std::move(options)) {
     std::filesystem::create_directories(dir_);
   }
   ClusterNode(const ClusterNode&) = delete;
   ClusterNode& operator=(const ClusterNode&) = delete;
   ~ClusterNode() { Stop(); }
+  static Options WithThreads(int codec_threads) {
+    Options o;
+    o.codec_threads = codec_threads;
+    return o;
+  }
 
   static std::string BinaryPath() {
     if (const char* env = std::getenv("TURBOKV_SERVER_BIN"); env != nullptr && *env) return env;
@@ -55,13 +67,14 @@ class ClusterNode {
                                      "--port-file",
                                      port_file,
                                      "--data-dir",
-                                     dir_ + "/data",
+                                     data_dir(),
                                      "--metrics-listen",
                                      "",
                                      "--codec-threads",
-                                     absl::StrCat(codec_threads_),
+                                     absl::StrCat(options_.codec_threads),
                                      "--log-level",
-                                     "warn"};
+                                     options_.log_level};
+    args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
     pid_ = fork();
     if (pid_ < 0) return absl::InternalError("fork failed");
     if (pid_ == 0) {
@@ -81,6 +94,7 @@ class ClusterNode {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
+        exit_status_ = status;
         return absl::InternalError(absl::StrCat("turbokv-server exited; see ", log));
       }
       std::ifstream in(port_file);
@@ -99,25 +113,44 @@ class ClusterNode {
   void Stop() { Signal(SIGTERM); }
 
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  std::string data_dir() const {
+    return options_.data_dir.empty() ? dir_ + "/data" : options_.data_dir;
+  }
+  std::string log_path() const { return dir_ + "/server.log"; }
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+  // Raw wait status of the last exit (a failed start, Kill, Stop, or a crash seen by Exited).
+  int exit_status() const { return exit_status_; }
+  // True when the process has exited by itself (then exit_status() says how).
+  bool Exited() {
+    int status = 0;
+    if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      exit_status_ = status;
+      return true;
+    }
+    return pid_ <= 0;
+  }
 
  private:
   void Signal(int sig) {
     if (pid_ <= 0) return;
     kill(pid_, sig);
     for (int i = 0; i < 1500; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {
         pid_ = -1;
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    waitpid(pid_, &exit_status_, 0);
     pid_ = -1;
   }
 
   std::string dir_;
-  int codec_threads_ = 1;
+  Options options_;
+  int exit_status_ = 0;
   pid_t pid_ = -1;
   int port_ = 0;
   int starts_ = 0;

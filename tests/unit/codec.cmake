@@ -7,9 +7,10 @@ add_executable(codec_unit_tests
   ${CMAKE_SOURCE_DIR}/tests/unit/codec_format_test.cc
   ${CMAKE_SOURCE_DIR}/tests/unit/codec_isa_test.cc
   ${CMAKE_SOURCE_DIR}/tests/unit/codec_real_kv_test.cc
+  ${CMAKE_SOURCE_DIR}/tests/unit/codec_validate_test.cc
 )
 target_link_libraries(codec_unit_tests PRIVATE turbokv::codec turbokv_npy GTest::gtest
-                      GTest::gtest_main absl::strings)
+                      GTest::gtest_main absl::strings PkgConfig::XXHASH)
 target_compile_definitions(codec_unit_tests PRIVATE
   TURBOKV_FIXTURES_DIR="${CMAKE_SOURCE_DIR}/tests/fixtures")
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")

@@ -90,6 +90,19 @@ class BlockCodec {
   [[nodiscard]] absl::Status Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_t> packed,
                                     CpuIsa isa = CpuIsa::kAuto) const;
 
+  // Checks the values `packed` (which must carry this codec's header, as Decode requires)
+  // holds, as strictly as Encode checks raw input, so that a block accepted packed decodes to
+  // finite values like one encoded here: every group scale is a finite, non-negative fp16;
+  // every QJL residual norm is a finite fp16 in [0, 2] (the residual of a unit vector's
+  // nearest-level quantization is at most 1 + sqrt(g) * |smallest level| < 1.83, see
+  // FORMAT.md "Validation"); every value of an fp16 (bits 16) or raw (bits 0) section is
+  // finite. Index and QJL sign bits need no check: every b-bit pattern names a codebook level
+  // and section sizes are fixed by the header (ParsePackedBlock checks them). Reads every scale
+  // and every plain section, nothing else; the same scalar code on every ISA.
+  // InvalidArgument naming layer, K/V, group or value and the bad fp16 bits; DataLoss when
+  // `packed` has the wrong size.
+  [[nodiscard]] absl::Status ValidatePackedValues(absl::Span<const uint8_t> packed) const;
+
   // Decodes layers [range.begin, range.end) of `packed` (which must carry this codec's
   // header) into out: [range layers][2][block_tokens][num_kv_heads][head_dim] of `out_dtype`.
   // Touches only the header and the requested layers' sections; the checksum is not verified
