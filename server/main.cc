@@ -1,5 +1,6 @@
 // turbokv-server: flags -> ServerOptions, start, wait for SIGTERM/SIGINT, shut down cleanly.
 // The only place flags are parsed (STYLE.md "Options and metrics").
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -33,55 +34,67 @@ bool WriteFileAtomically(const std::string& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Defaults come from ServerOptions (server_options.h) and nowhere else: the text flags
+  // below start as the struct's values, --help prints them, and every flag can also be set
+  // through its environment variable (TURBOKV_<FLAG>), which is how the Kubernetes ConfigMap
+  // overrides only what a deployment changes.
   ServerOptions options;
   std::string port_file;
-  std::string capacity = "10GiB";
-  std::string durability = "wal";
-  std::string backend = "auto";
+  std::string capacity = turbokv::server::FormatByteSizeFlag(options.storage.capacity_bytes);
+  std::string durability(turbokv::server::DurabilityName(options.storage.durability));
+  std::string backend(turbokv::server::CodecBackendKindName(options.codec.backend));
   std::string log_level = "info";
 
   CLI::App app{
       "turbokv-server: a KV-cache block store for LLM serving. Inference workers put KV blocks "
       "over gRPC (turbokv.v1.TurboKV); the server compresses them with TurboQuant, keeps them in "
-      "an embedded RocksDB keyed by prefix hash, and serves them back packed or decoded.",
+      "an embedded RocksDB keyed by prefix hash, and serves them back packed or decoded. Every "
+      "flag may also be given as the environment variable named after it (Env:...); a flag on "
+      "the command line wins.",
       "turbokv-server"};
   app.option_defaults()->always_capture_default();
-  app.add_option("--listen", options.listen_address,
-                 "gRPC address HOST:PORT; port 0 picks a free port (see --port-file)");
-  app.add_option("--port-file", port_file,
-                 "Once serving, write the bound gRPC port to this file (first line) and the "
-                 "metrics port (second line, when metrics are enabled)");
-  app.add_option("--data-dir", options.storage.data_dir,
-                 "RocksDB directory (created when missing)");
-  app.add_option("--metrics-listen", options.metrics.listen_address,
-                 "Prometheus /metrics address HOST:PORT; port 0 picks a free port; \"\" disables");
-  app.add_option("--capacity", capacity,
-                 "Hard budget on stored bytes: plain bytes or with a unit "
-                 "(KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 10GiB");
-  app.add_option("--high-watermark", options.storage.high_watermark,
-                 "Evict when a put would exceed this fraction of --capacity")
+  app.set_version_flag("--version", "turbokv-server " TURBOKV_SERVER_VERSION);
+  // --flag-name <-> TURBOKV_FLAG_NAME.
+  auto add = [&app](const std::string& flag, auto& value, const std::string& help) {
+    std::string env = "TURBOKV_" + flag.substr(2);
+    for (char& ch : env) ch = ch == '-' ? '_' : static_cast<char>(std::toupper(ch));
+    return app.add_option(flag, value, help)->envname(env);
+  };
+  add("--listen", options.listen_address,
+      "gRPC address HOST:PORT; port 0 picks a free port (see --port-file)");
+  add("--port-file", port_file,
+      "Once serving, write the bound gRPC port to this file (first line) and the metrics port "
+      "(second line, when metrics are enabled)");
+  add("--data-dir", options.storage.data_dir, "RocksDB directory (created when missing)");
+  add("--metrics-listen", options.metrics.listen_address,
+      "Prometheus /metrics address HOST:PORT; port 0 picks a free port; \"\" disables");
+  add("--capacity", capacity,
+      "Hard budget on used bytes (packed values, keys, metadata): plain bytes or with a unit "
+      "(KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 10GiB");
+  add("--high-watermark", options.storage.high_watermark,
+      "Evict when a put would exceed this fraction of --capacity")
       ->check(CLI::Range(0.01, 1.0));
-  app.add_option("--low-watermark", options.storage.low_watermark,
-                 "Evict least recently used, unleased blocks down to this fraction")
+  add("--low-watermark", options.storage.low_watermark,
+      "Evict least recently used, unleased blocks down to this fraction")
       ->check(CLI::Range(0.01, 1.0));
-  app.add_option("--durability", durability,
-                 "none: WAL off; wal: WAL, no fsync (survives a process crash); fsync: WAL "
-                 "fsync'ed before every ack")
+  add("--durability", durability,
+      "none: WAL off; wal: WAL, no fsync (survives a process crash); fsync: WAL fsync'ed before "
+      "every ack")
       ->check(CLI::IsMember({"none", "wal", "fsync"}));
-  app.add_option("--codec-backend", backend,
-                 "auto: CUDA when available, else CPU; cpu; cuda (startup fails when the CUDA "
-                 "backend is not available)")
+  add("--codec-backend", backend,
+      "auto: CUDA when available, else CPU; cpu; cuda (startup fails when the CUDA backend is "
+      "not available)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--codec-threads", options.codec.threads,
-                 "Worker threads for codec and storage work; 0 = one per hardware thread")
+  add("--codec-threads", options.codec.threads,
+      "Worker threads for codec and storage work; 0 = one per hardware thread")
       ->check(CLI::Range(0, 1024));
-  app.add_option("--default-preset", options.codec.default_preset,
-                 "Codec preset of namespaces registered without one")
+  add("--default-preset", options.codec.default_preset,
+      "Codec preset of namespaces registered without one")
       ->check(CLI::IsMember(turbokv::codec::PresetNames()));
-  app.add_option("--shutdown-grace-ms", options.shutdown_grace_ms,
-                 "On SIGTERM/SIGINT, in-flight calls get this long before they are cancelled")
+  add("--shutdown-grace-ms", options.shutdown_grace_ms,
+      "On SIGTERM/SIGINT, in-flight calls get this long before they are cancelled")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
+  add("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   CLI11_PARSE(app, argc, argv);
 

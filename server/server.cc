@@ -1,7 +1,10 @@
 #include "server/server.h"
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -12,6 +15,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/metrics/metrics.h"
+#include "server/metrics/process_metrics.h"
 #include "server/service/codec_backend.h"
 #include "server/service/codec_pool.h"
 #include "server/service/namespace_registry.h"
@@ -31,6 +35,42 @@ namespace {
 
 constexpr char kServiceName[] = "turbokv.v1.TurboKV";
 
+// Logs what an operator would want to know about the byte budget before the first put finds
+// out: a budget too small to hold blocks, one larger than the disk can give, and stored data
+// above the budget (the first put will evict down to the low watermark).
+void WarnAboutCapacity(const StorageOptions& options, const StoreStats& stored,
+                       const DbStats& db) {
+  constexpr uint64_t kSmallCapacity = uint64_t{64} << 20;
+  if (options.capacity_bytes < kSmallCapacity) {
+    spdlog::warn(
+        "--capacity {} is smaller than {}: most KV blocks will not fit and their puts will fail "
+        "with RESOURCE_EXHAUSTED",
+        FormatByteSize(options.capacity_bytes), FormatByteSize(kSmallCapacity));
+  }
+  struct statvfs fs {};
+  if (statvfs(options.data_dir.c_str(), &fs) == 0) {
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    const uint64_t on_disk = db.sst_bytes + db.blob_bytes;
+    if (options.capacity_bytes > free_bytes + on_disk) {
+      spdlog::warn(
+          "--capacity {} is more than the {} the data dir's filesystem can hold ({} free plus "
+          "{} already stored): puts will fail with RESOURCE_EXHAUSTED when the disk fills "
+          "before the budget does",
+          FormatByteSize(options.capacity_bytes), FormatByteSize(free_bytes + on_disk),
+          FormatByteSize(free_bytes), FormatByteSize(on_disk));
+    }
+  }
+  const auto high = static_cast<uint64_t>(options.high_watermark *
+                                          static_cast<double>(options.capacity_bytes));
+  if (stored.used_bytes > high) {
+    spdlog::warn(
+        "the data dir holds {} in {} blocks, above the high watermark {} of --capacity {}: the "
+        "next put evicts least recently used blocks down to the low watermark",
+        FormatByteSize(stored.used_bytes), stored.blocks, FormatByteSize(high),
+        FormatByteSize(options.capacity_bytes));
+  }
+}
+
 }  // namespace
 
 Server::Server() = default;
@@ -41,24 +81,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   s->options_ = options;
   TURBOKV_ASSIGN_OR_RETURN(CodecBackend backend, SelectCodecBackend(options.codec.backend));
 
-  TURBOKV_ASSIGN_OR_RETURN(s->store_,
-                           BlockStore::Open(options.storage, [](absl::Span<const uint8_t> value) {
-                             return codec::VerifyPackedChecksum(value);
-                           }));
-  s->registry_ = std::make_unique<NamespaceRegistry>(s->store_.get(), options.codec.default_preset);
-  TURBOKV_RETURN_IF_ERROR(s->registry_->Load());
-  const StoreStats recovered = s->store_->Stats();
-  s->recovered_namespaces_ = recovered.namespaces.size();
-  s->recovered_blocks_ = recovered.blocks;
-
-  int threads = options.codec.threads;
-  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  s->pool_ = std::make_unique<CodecPool>(threads);
-
+  // The metrics port is bound before the store is opened, and a data dir this call created is
+  // removed when a later step fails: a start that fails leaves nothing behind.
   s->prometheus_ = std::make_shared<prometheus::Registry>();
-  s->metrics_ =
-      std::make_unique<Metrics>(*s->prometheus_, backend.name, options.storage.capacity_bytes);
-  s->metrics_->UpdateStore(recovered, s->store_->GetDbStats());
   if (!options.metrics.listen_address.empty()) {
     try {
       s->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics.listen_address);
@@ -66,39 +91,79 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
       return absl::UnavailableError(
           absl::StrCat("cannot serve metrics on ", options.metrics.listen_address, ": ", e.what()));
     }
-    s->exposer_->RegisterCollectable(s->prometheus_);
     const std::vector<int> ports = s->exposer_->GetListeningPorts();
     s->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
+  std::error_code ec;
+  const bool creates_data_dir = !std::filesystem::exists(options.storage.data_dir, ec);
+  if (absl::Status started = s->StartServing(backend); !started.ok()) {
+    s.reset();  // closes the store
+    if (creates_data_dir) std::filesystem::remove_all(options.storage.data_dir, ec);
+    return started;
+  }
+  return s;
+}
 
-  s->context_ = std::make_unique<ServiceContext>();
-  s->context_->store = s->store_.get();
-  s->context_->registry = s->registry_.get();
-  s->context_->pool = s->pool_.get();
-  s->context_->metrics = s->metrics_.get();
-  s->context_->backend = backend;
-  s->service_ = std::make_unique<TurboKvService>(s->context_.get(), TURBOKV_SERVER_VERSION);
+absl::Status Server::StartServing(const CodecBackend& backend) {
+  const ServerOptions& options = options_;
+  TURBOKV_ASSIGN_OR_RETURN(store_,
+                           BlockStore::Open(options.storage, [](absl::Span<const uint8_t> value) {
+                             return codec::VerifyPackedChecksum(value);
+                           }));
+  registry_ = std::make_unique<NamespaceRegistry>(store_.get(), options.codec.default_preset);
+  TURBOKV_RETURN_IF_ERROR(registry_->Load());
+  const StoreStats recovered = store_->Stats();
+  recovered_namespaces_ = recovered.namespaces.size();
+  recovered_blocks_ = recovered.blocks;
+  WarnAboutCapacity(options.storage, recovered, store_->GetDbStats());
+
+  int threads = options.codec.threads;
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  pool_ = std::make_unique<CodecPool>(threads);
+
+  metrics_ =
+      std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes);
+  metrics_->UpdateStore(recovered, store_->GetDbStats());
+  if (exposer_ != nullptr) {
+    exposer_->RegisterCollectable(prometheus_);
+    BuildInfo build;
+    build.version = TURBOKV_SERVER_VERSION;
+    build.codec_isa = codec::CpuIsaName(codec::DetectCpuIsa());
+#ifdef TURBOKV_HAVE_CUDA
+    build.cuda = true;
+#endif
+    process_metrics_ = std::make_shared<ProcessMetrics>(std::move(build));
+    exposer_->RegisterCollectable(process_metrics_);
+  }
+
+  context_ = std::make_unique<ServiceContext>();
+  context_->store = store_.get();
+  context_->registry = registry_.get();
+  context_->pool = pool_.get();
+  context_->metrics = metrics_.get();
+  context_->backend = backend;
+  service_ = std::make_unique<TurboKvService>(context_.get(), TURBOKV_SERVER_VERSION);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   // gRPC sets SO_REUSEPORT by default: a second server on the same port would then start and
   // take half the connections. One port, one store.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.RegisterService(s->service_.get());
-  s->grpc_server_ = builder.BuildAndStart();
-  if (s->grpc_server_ == nullptr || s->port_ == 0) {
+  builder.RegisterService(service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", options.listen_address));
   }
-  if (grpc::HealthCheckServiceInterface* health = s->grpc_server_->GetHealthCheckService()) {
+  if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
     health->SetServingStatus(kServiceName, true);
   }
-  s->refresh_ = std::thread([p = s.get()] { p->RefreshLoop(); });
-  return s;
+  refresh_ = std::thread([this] { RefreshLoop(); });
+  return absl::OkStatus();
 }
 
 const std::string& Server::codec_backend() const { return context_->backend.name; }

@@ -26,8 +26,10 @@ namespace turbokv::server {
 
 class BlockStore;
 class CodecPool;
+struct CodecBackend;
 class Metrics;
 class NamespaceRegistry;
+class ProcessMetrics;
 class TurboKvService;
 struct ServiceContext;
 
@@ -55,6 +57,8 @@ class Server {
 
  private:
   Server();
+  // Opens the store and the registry, builds the service and binds the gRPC port.
+  absl::Status StartServing(const CodecBackend& backend);
   void RefreshLoop();
 
   ServerOptions options_;
@@ -64,6 +68,7 @@ class Server {
   std::shared_ptr<prometheus::Registry> prometheus_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<ProcessMetrics> process_metrics_;
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<TurboKvService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -22,6 +22,17 @@ absl::StatusOr<CodecBackendKind> ParseCodecBackendKind(std::string_view name) {
       absl::StrCat("codec backend \"", std::string(name), "\" is not one of auto, cpu, cuda"));
 }
 
+std::string_view CodecBackendKindName(CodecBackendKind kind) {
+  switch (kind) {
+    case CodecBackendKind::kCpu:
+      return "cpu";
+    case CodecBackendKind::kCuda:
+      return "cuda";
+    default:
+      return "auto";
+  }
+}
+
 absl::Status CodecOptions::Validate() const {
   if (threads < 0 || threads > 1024) {
     return absl::InvalidArgumentError(
@@ -91,6 +102,16 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
   const double value = std::strtod(number.c_str(), nullptr) * multiplier;
   if (!std::isfinite(value) || value < 0 || value > 1.8e19) return bad();
   return static_cast<uint64_t>(std::llround(value));
+}
+
+std::string FormatByteSizeFlag(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes != 0 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return absl::StrCat(bytes, kUnits[u]);
 }
 
 std::string FormatByteSize(uint64_t bytes) {

@@ -19,6 +19,7 @@ enum class CodecBackendKind {
   kCuda,  // the CUDA codec; startup fails when it is not available
 };
 [[nodiscard]] absl::StatusOr<CodecBackendKind> ParseCodecBackendKind(std::string_view name);
+std::string_view CodecBackendKindName(CodecBackendKind kind);  // "auto", "cpu", "cuda"
 
 struct CodecOptions {
   // Default: kAuto.
@@ -63,6 +64,8 @@ struct ServerOptions {
 [[nodiscard]] absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
 // 10737418240 -> "10 GiB" (for logs).
 std::string FormatByteSize(uint64_t bytes);
+// Exact and parseable by ParseByteSize: 10737418240 -> "10GiB", 1000 -> "1000" (for flags).
+std::string FormatByteSizeFlag(uint64_t bytes);
 
 }  // namespace turbokv::server
 

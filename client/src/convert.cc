@@ -78,6 +78,7 @@ ServerStats FromProto(const turbokv::v1::StatsResponse& in) {
   ServerStats out;
   out.capacity_bytes = in.capacity_bytes();
   out.used_bytes = in.used_bytes();
+  out.stored_bytes = in.stored_bytes();
   out.blocks = in.blocks();
   out.logical_bytes = in.logical_bytes();
   out.evicted_blocks = in.evicted_blocks();

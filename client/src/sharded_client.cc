@@ -538,6 +538,7 @@ absl::StatusOr<ServerStats> ShardedClient::Stats(const CallOptions& call) const 
     }
     out.capacity_bytes += r->capacity_bytes;
     out.used_bytes += r->used_bytes;
+    out.stored_bytes += r->stored_bytes;
     out.blocks += r->blocks;
     out.logical_bytes += r->logical_bytes;
     out.evicted_blocks += r->evicted_blocks;

@@ -85,12 +85,12 @@ def panels():
                                    "the server's compression ratio."),
         panel(8, "Compression ratio", "timeseries", (12, 15, 6, 8), [
             ('sum(turbokv_logical_bytes{%s}) / sum(turbokv_stored_bytes{%s})' % (SEL, SEL),
-             "cluster (logical / charged bytes)"),
+             "cluster (logical / packed values)"),
             ('turbokv_compression_ratio{%s}' % SEL, "{{instance}} (logical / packed values)"),
         ], unit="none"),
         panel(9, "Stored vs logical bytes", "stat", (18, 15, 6, 8), [
             ('sum(turbokv_logical_bytes{%s})' % SEL, "logical"),
-            ('sum(turbokv_stored_bytes{%s})' % SEL, "stored"),
+            ('sum(turbokv_stored_bytes{%s})' % SEL, "stored (packed values)"),
         ], unit="bytes"),
         panel(10, "RPCs per second by method and code", "timeseries", (0, 23, 12, 8), [
             ('sum by (method, code) (rate(turbokv_rpc_requests_total{%s}[%s]))' % (SEL, RI),
@@ -114,11 +114,11 @@ def panels():
     out += [
         row(17, "Capacity and evictions", 48),
         panel(18, "Budget used", "timeseries", (0, 49, 8, 8), [
-            ('turbokv_stored_bytes{%s} / turbokv_capacity_bytes{%s}' % (SEL, SEL),
+            ('turbokv_used_bytes{%s} / turbokv_capacity_bytes{%s}' % (SEL, SEL),
              "{{instance}}"),
         ], unit="percentunit", description="Eviction starts at the high watermark (default 95%)."),
-        panel(19, "Stored bytes and capacity", "timeseries", (8, 49, 8, 8), [
-            ('sum(turbokv_stored_bytes{%s})' % SEL, "stored"),
+        panel(19, "Used bytes and capacity", "timeseries", (8, 49, 8, 8), [
+            ('sum(turbokv_used_bytes{%s})' % SEL, "used (values, keys, metadata)"),
             ('sum(turbokv_capacity_bytes{%s})' % SEL, "capacity"),
             ('sum(turbokv_rocksdb_sst_bytes{%s}) + sum(turbokv_rocksdb_blob_bytes{%s})'
              % (SEL, SEL), "RocksDB files"),

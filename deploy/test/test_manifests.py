@@ -106,9 +106,11 @@ def test_resources_are_wired_together(overlay):
     # Listen addresses agree with the ports; every $(VAR) comes from the ConfigMap.
     assert "--listen=0.0.0.0:%d" % ports["grpc"] in c["args"]
     assert "--metrics-listen=0.0.0.0:%d" % ports["metrics"] in c["args"]
+    # The ConfigMap is the container's environment (the server reads TURBOKV_<FLAG> itself);
+    # args restate none of it.
     assert c["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
-    used = {v for a in c["args"] for v in re.findall(r"\$\((\w+)\)", a)}
-    assert used == set(cm["data"]), (used, set(cm["data"]))
+    assert not [a for a in c["args"] if "$(" in a], c["args"]
+    assert all(k.startswith("TURBOKV_") for k in cm["data"]), cm["data"]
     # Scrape annotations point at the metrics port.
     for meta in (svc["metadata"], sts["spec"]["template"]["metadata"]):
         a = meta["annotations"]
@@ -146,25 +148,51 @@ def _server_binary():
     return next((p for p in cands if os.access(p, os.X_OK)), None)
 
 
+def _help_defaults(binary):
+    """{ENV_NAME: default text} of every flag in `turbokv-server --help` (CLI11's
+    `--flag TYPE[:CHECK]=DEFAULT (Env:NAME)` lines; "" when a flag has no default)."""
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
+    found = {}
+    for line in out.splitlines():
+        m = re.match(r"\s+--[\w-]+ (.*) \(Env:(\w+)\)$", line)
+        if m:
+            found[m.group(2)] = m.group(1).rsplit("=", 1)[1] if "=" in m.group(1) else ""
+    assert found.get("TURBOKV_CAPACITY"), out
+    return found
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_configmap_sets_only_what_the_deployment_changes(overlay):
+    """One source of defaults: every ConfigMap key is one of the server's environment
+    variables, and no value restates the server's own default."""
+    binary = _server_binary()
+    if binary is None:
+        pytest.skip("turbokv-server binary not found")
+    defaults = _help_defaults(binary)
+    data = by_kind(rendered(overlay))["ConfigMap"]["data"]
+    for key, value in data.items():
+        assert key in defaults, "%s is not a turbokv-server variable (%s)" % (key, sorted(defaults))
+        assert value != defaults[key], "%s=%s restates the server default" % (key, value)
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_server_starts_with_the_rendered_flags(overlay, tmp_path):
-    """The StatefulSet's args with the ConfigMap's values substituted (listen addresses moved
-    to loopback, the data directory to a temporary one) start a real server: every flag exists
-    and every value is accepted. The GPU overlay requires CUDA: without a CUDA build it must
-    fail for exactly that reason."""
+    """The StatefulSet's args, with the ConfigMap as the environment (listen addresses moved
+    to loopback, the data directory to a temporary one) start a real server: every flag and
+    variable exists and every value is accepted. The GPU overlay requires CUDA: without a CUDA
+    build it must fail for exactly that reason."""
     binary = _server_binary()
     if binary is None:
         pytest.skip("turbokv-server binary not found")
     k = by_kind(rendered(overlay))
-    data = k["ConfigMap"]["data"]
-    args = [re.sub(r"\$\((\w+)\)", lambda m: data[m.group(1)], a)
-            for a in _container(k["StatefulSet"])["args"]]
+    env = {k2: v for k2, v in os.environ.items() if not k2.startswith("TURBOKV_")}
+    env.update(k["ConfigMap"]["data"])
     local = {"--listen": "127.0.0.1:0", "--metrics-listen": "127.0.0.1:0",
              "--data-dir": str(tmp_path / "data")}
     args = ["%s=%s" % (a.split("=", 1)[0], local[a.split("=", 1)[0]])
-            if a.split("=", 1)[0] in local else a for a in args]
+            if a.split("=", 1)[0] in local else a for a in _container(k["StatefulSet"])["args"]]
     port_file = tmp_path / "ports"
-    proc = subprocess.Popen([binary] + args + ["--port-file", str(port_file)],
+    proc = subprocess.Popen([binary] + args + ["--port-file", str(port_file)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 30

@@ -39,20 +39,14 @@ const char* StatusCodeName(absl::StatusCode code) { return kCodeNames[CodeIndex(
 
 Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backend,
                  uint64_t capacity_bytes) {
-  auto& requests = prometheus::BuildCounter()
-                       .Name("turbokv_rpc_requests_total")
-                       .Help("RPCs handled, by method and gRPC status code")
-                       .Register(registry);
-  auto& duration = prometheus::BuildHistogram()
-                       .Name("turbokv_rpc_duration_seconds")
-                       .Help("RPC handling time from the handler's start to Finish")
-                       .Register(registry);
-  for (int m = 0; m < kNumRpcMethods; ++m) {
-    for (int c = 0; c < kNumStatusCodes; ++c) {
-      rpc_requests_[m][c] = &requests.Add({{"method", kMethodNames[m]}, {"code", kCodeNames[c]}});
-    }
-    rpc_duration_[m] = &duration.Add({{"method", kMethodNames[m]}}, LatencyBuckets());
-  }
+  rpc_requests_family_ = &prometheus::BuildCounter()
+                              .Name("turbokv_rpc_requests_total")
+                              .Help("RPCs handled, by method and gRPC status code")
+                              .Register(registry);
+  rpc_duration_family_ = &prometheus::BuildHistogram()
+                              .Name("turbokv_rpc_duration_seconds")
+                              .Help("RPC handling time from the handler's start to Finish")
+                              .Register(registry);
 
   auto& lookup_blocks = prometheus::BuildCounter()
                             .Name("turbokv_lookup_blocks_total")
@@ -67,11 +61,10 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   lookup_tokens_hit_ = &lookup_tokens.Add({{"result", "hit"}});
   lookup_tokens_miss_ = &lookup_tokens.Add({{"result", "miss"}});
 
-  auto& put = prometheus::BuildCounter()
-                  .Name("turbokv_put_blocks_total")
-                  .Help("Blocks received by PutBlocks, by per-block result code")
-                  .Register(registry);
-  for (int c = 0; c < kNumStatusCodes; ++c) put_blocks_[c] = &put.Add({{"result", kCodeNames[c]}});
+  put_blocks_family_ = &prometheus::BuildCounter()
+                            .Name("turbokv_put_blocks_total")
+                            .Help("Blocks received by PutBlocks, by per-block result code")
+                            .Register(registry);
   auto& get = prometheus::BuildCounter()
                   .Name("turbokv_get_blocks_total")
                   .Help("Blocks asked for by GetBlocks")
@@ -105,14 +98,15 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   auto counter = [&registry](const char* name, const char* help) {
     return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
   };
-  stored_bytes_ = gauge("turbokv_stored_bytes",
-                        "Bytes charged against the capacity (packed values, keys, metadata)");
+  stored_bytes_ = gauge("turbokv_stored_bytes", "Packed value bytes of all stored blocks");
+  used_bytes_ = gauge("turbokv_used_bytes",
+                      "Bytes charged against the capacity (packed values, keys, metadata)");
   logical_bytes_ = gauge("turbokv_logical_bytes",
                          "Raw bytes the stored blocks represent in their namespace dtype");
   blocks_ = gauge("turbokv_blocks", "Blocks stored");
-  capacity_bytes_ = gauge("turbokv_capacity_bytes", "Hard budget on stored bytes");
-  compression_ratio_ =
-      gauge("turbokv_compression_ratio", "Logical bytes / packed value bytes (0 when empty)");
+  capacity_bytes_ = gauge("turbokv_capacity_bytes", "Hard budget on used bytes");
+  compression_ratio_ = gauge("turbokv_compression_ratio",
+                             "turbokv_logical_bytes / turbokv_stored_bytes (0 when empty)");
   namespaces_ = gauge("turbokv_namespaces", "Registered namespaces");
   rocksdb_sst_bytes_ = gauge("turbokv_rocksdb_sst_bytes", "RocksDB SST files, all column families");
   rocksdb_blob_bytes_ = gauge("turbokv_rocksdb_blob_bytes", "RocksDB blob files (BlobDB)");
@@ -126,10 +120,28 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   capacity_bytes_->Set(static_cast<double>(capacity_bytes));
 }
 
+template <typename T, typename... Args>
+T* Metrics::Child(std::atomic<T*>* slot, prometheus::Family<T>* family,
+                  const std::map<std::string, std::string>& labels, Args&&... args) {
+  T* child = slot->load(std::memory_order_acquire);
+  if (child != nullptr) return child;
+  std::lock_guard<std::mutex> l(child_mu_);
+  child = slot->load(std::memory_order_relaxed);
+  if (child == nullptr) {
+    child = &family->Add(labels, std::forward<Args>(args)...);
+    slot->store(child, std::memory_order_release);
+  }
+  return child;
+}
+
 void Metrics::RecordRpc(RpcMethod method, absl::StatusCode code, double seconds) {
   const int m = static_cast<int>(method);
-  rpc_requests_[m][CodeIndex(code)]->Increment();
-  rpc_duration_[m]->Observe(seconds);
+  const int c = CodeIndex(code);
+  Child(&rpc_requests_[m][c], rpc_requests_family_,
+        {{"method", kMethodNames[m]}, {"code", kCodeNames[c]}})
+      ->Increment();
+  Child(&rpc_duration_[m], rpc_duration_family_, {{"method", kMethodNames[m]}}, LatencyBuckets())
+      ->Observe(seconds);
 }
 
 void Metrics::RecordLookup(uint64_t requested, uint64_t matched, uint64_t block_tokens) {
@@ -139,7 +151,10 @@ void Metrics::RecordLookup(uint64_t requested, uint64_t matched, uint64_t block_
   lookup_tokens_miss_->Increment(static_cast<double>((requested - matched) * block_tokens));
 }
 
-void Metrics::RecordPutBlock(absl::StatusCode code) { put_blocks_[CodeIndex(code)]->Increment(); }
+void Metrics::RecordPutBlock(absl::StatusCode code) {
+  const int c = CodeIndex(code);
+  Child(&put_blocks_[c], put_blocks_family_, {{"result", kCodeNames[c]}})->Increment();
+}
 
 void Metrics::RecordGetBlocks(uint64_t found, uint64_t missing) {
   get_blocks_found_->Increment(static_cast<double>(found));
@@ -152,7 +167,8 @@ void Metrics::RecordCodec(CodecOp op, double seconds, uint64_t bytes) {
 }
 
 void Metrics::UpdateStore(const StoreStats& stats, const DbStats& db) {
-  stored_bytes_->Set(static_cast<double>(stats.used_bytes));
+  stored_bytes_->Set(static_cast<double>(stats.value_bytes));
+  used_bytes_->Set(static_cast<double>(stats.used_bytes));
   logical_bytes_->Set(static_cast<double>(stats.logical_bytes));
   blocks_->Set(static_cast<double>(stats.blocks));
   capacity_bytes_->Set(static_cast<double>(stats.capacity_bytes));

@@ -1,5 +1,8 @@
-// Prometheus metrics of the server (DESIGN.md section 7). Every family and every label child
-// is created once, in the constructor; labels are bounded (method, code, result, op, backend),
+// Prometheus metrics of the server (docs/operations.md has the catalogue). Every family is
+// created once, in the constructor. Label children whose value is known up front (hit/miss,
+// op, backend) are created there too; the per-(method, code) and per-result children of the
+// RPC and put families are created on first use, so an idle server exports real values, not
+// hundreds of pre-created zeros. Labels are bounded (method, code, result, op, backend),
 // never a namespace id or a hash.
 //
 // Thread safety: all methods are thread-safe.
@@ -7,7 +10,9 @@
 #define TURBOKV_SERVER_METRICS_METRICS_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,18 +66,28 @@ class Metrics {
   void UpdateStore(const StoreStats& stats, const DbStats& db);
 
  private:
-  std::array<std::array<prometheus::Counter*, kNumStatusCodes>, kNumRpcMethods> rpc_requests_{};
-  std::array<prometheus::Histogram*, kNumRpcMethods> rpc_duration_{};
+  // The child of `family` for `labels`, created on first use and cached in *slot.
+  template <typename T, typename... Args>
+  T* Child(std::atomic<T*>* slot, prometheus::Family<T>* family,
+           const std::map<std::string, std::string>& labels, Args&&... args);
+
+  prometheus::Family<prometheus::Counter>* rpc_requests_family_;
+  prometheus::Family<prometheus::Histogram>* rpc_duration_family_;
+  prometheus::Family<prometheus::Counter>* put_blocks_family_;
+  std::array<std::array<std::atomic<prometheus::Counter*>, kNumStatusCodes>, kNumRpcMethods>
+      rpc_requests_{};
+  std::array<std::atomic<prometheus::Histogram*>, kNumRpcMethods> rpc_duration_{};
   prometheus::Counter* lookup_blocks_hit_;
   prometheus::Counter* lookup_blocks_miss_;
   prometheus::Counter* lookup_tokens_hit_;
   prometheus::Counter* lookup_tokens_miss_;
-  std::array<prometheus::Counter*, kNumStatusCodes> put_blocks_{};
+  std::array<std::atomic<prometheus::Counter*>, kNumStatusCodes> put_blocks_{};
   prometheus::Counter* get_blocks_found_;
   prometheus::Counter* get_blocks_missing_;
   std::array<prometheus::Counter*, kNumCodecOps> codec_seconds_{};
   std::array<prometheus::Counter*, kNumCodecOps> codec_bytes_{};
   prometheus::Gauge* stored_bytes_;
+  prometheus::Gauge* used_bytes_;
   prometheus::Gauge* logical_bytes_;
   prometheus::Gauge* blocks_;
   prometheus::Gauge* capacity_bytes_;
@@ -86,7 +101,8 @@ class Metrics {
   prometheus::Counter* expirations_;
   prometheus::Counter* checksum_failures_;
 
-  std::mutex mu_;  // guards the last-seen store totals below
+  std::mutex child_mu_;  // serializes the creation of lazy children
+  std::mutex mu_;        // guards the last-seen store totals below
   uint64_t seen_evictions_ = 0;
   uint64_t seen_evicted_bytes_ = 0;
   uint64_t seen_expirations_ = 0;

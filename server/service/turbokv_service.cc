@@ -133,6 +133,7 @@ grpc::ServerUnaryReactor* TurboKvService::Stats(grpc::CallbackServerContext* con
     const StoreStats s = ctx_->store->Stats();
     response->set_capacity_bytes(s.capacity_bytes);
     response->set_used_bytes(s.used_bytes);
+    response->set_stored_bytes(s.value_bytes);
     response->set_blocks(s.blocks);
     response->set_logical_bytes(s.logical_bytes);
     response->set_evicted_blocks(s.evicted_blocks);

@@ -30,6 +30,21 @@ TEST(FormatByteSizeTest, Readable) {
   EXPECT_EQ(FormatByteSize(1536), "1.5 KiB");
 }
 
+TEST(FormatByteSizeFlagTest, ExactAndParsedBack) {
+  EXPECT_EQ(FormatByteSizeFlag(uint64_t{10} << 30), "10GiB");
+  EXPECT_EQ(FormatByteSizeFlag(1000), "1000");
+  EXPECT_EQ(FormatByteSizeFlag(1536), "1536");
+  EXPECT_EQ(FormatByteSizeFlag(uint64_t{3} << 40), "3TiB");
+  EXPECT_EQ(FormatByteSizeFlag(0), "0");
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{4096}, uint64_t{10} << 30,
+                     (uint64_t{1} << 50) + 7}) {
+    EXPECT_EQ(*ParseByteSize(FormatByteSizeFlag(v)), v) << v;
+  }
+  // The flag's default text is the options struct's default.
+  EXPECT_EQ(*ParseByteSize(FormatByteSizeFlag(StorageOptions().capacity_bytes)),
+            StorageOptions().capacity_bytes);
+}
+
 TEST(ServerOptionsTest, DefaultsValidateAndBadValuesNameTheField) {
   ServerOptions o;
   EXPECT_TRUE(o.Validate().ok());

@@ -154,9 +154,13 @@ struct NamespaceStats {
   uint64_t logical_bytes = 0;  // raw bytes those blocks represent in the namespace dtype
 };
 
+// Byte terms (turbokv.v1.StatsResponse): stored = packed value bytes; used = bytes charged
+// against the capacity (stored plus keys and metadata); logical = raw bytes the blocks
+// represent. Compression ratio = logical_bytes / stored_bytes.
 struct ServerStats {
-  uint64_t capacity_bytes = 0;
+  uint64_t capacity_bytes = 0;  // hard budget on used_bytes
   uint64_t used_bytes = 0;
+  uint64_t stored_bytes = 0;
   uint64_t blocks = 0;
   uint64_t logical_bytes = 0;
   uint64_t evicted_blocks = 0;
