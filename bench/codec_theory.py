@@ -41,7 +41,7 @@ def main():
             ratio = off["rel_mse"] / off["theory_g_mse_k"]
             worst = max(worst, abs(ratio - 1))
             print(f"| {g} | {b} | {off['rel_mse']:.6f} | {off['theory_g_mse_k']:.6f} | {ratio:.4f} | "
-                  f"{off['mean_cosine']:.6f} | {on['mean_cosine']:.6f} | {off['bpv']:.4f} |")
+                  f"{off['mean_cosine']:.6f} | {on['mean_cosine']:.6f} | {off['bits_per_value']:.4f} |")
     print(f"\nlargest |ratio - 1|: {worst:.4f}\n")
     print("| preset | source | rel_mse | mean_cosine | bpv | encode GB/s | decode GB/s | memcpy GB/s | zstd-1 GB/s | zstd-1 ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -50,7 +50,7 @@ def main():
             args = common if src == "random" else ["--source", src]
             r = run(tool, *args, "--preset", preset, "--min-seconds", a.min_seconds)
             name = "random" if src == "random" else src.split("/")[-1]
-            print(f"| {preset} | {name} | {r['rel_mse']:.6f} | {r['mean_cosine']:.6f} | {r['bpv']:.4f} | "
+            print(f"| {preset} | {name} | {r['rel_mse']:.6f} | {r['mean_cosine']:.6f} | {r['bits_per_value']:.4f} | "
                   f"{r['encode_gbps']:.3f} | {r['decode_gbps']:.3f} | {r['memcpy_gbps']:.2f} | "
                   f"{r['zstd1_gbps']:.3f} | {r['zstd1_ratio']:.3f} |")
     return 0

@@ -1,11 +1,15 @@
 #include "commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <memory>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -13,6 +17,7 @@
 #include "npy.h"
 #include "turbokv/client/prefix_hasher.h"
 #include "turbokv/codec/status_macros.h"
+#include "turbokv/codec/types.h"
 
 namespace turbokv::cli {
 namespace {
@@ -99,21 +104,127 @@ struct NsRegisterArgs {
   std::string preset;
 };
 
+// "4-bit g=32", "4-bit g=32 + QJL", "fp16", "raw".
+std::string SectionSummary(const client::SectionCodec& c) {
+  if (c.bits == 0) return "raw";
+  if (c.bits == 16) return "fp16";
+  return absl::StrCat(c.bits, "-bit g=", c.group_size, c.qjl ? " + QJL" : "");
+}
+
+// The resolved codec of a canonical descriptor, for people: "K 4-bit g=32, V 4-bit g=32".
+std::string CodecSummary(const client::CodecConfig& c) {
+  const client::SectionCodec k = c.key.value_or(client::SectionCodec{});
+  const client::SectionCodec v = c.value.value_or(client::SectionCodec{});
+  if (k.bits == 0 && v.bits == 0) return "raw (stored verbatim)";
+  std::string out = absl::StrCat("K ", SectionSummary(k), ", V ", SectionSummary(v));
+  if (c.protected_first_layers > 0 || c.protected_last_layers > 0) {
+    absl::StrAppend(&out, "; first ", c.protected_first_layers, " and last ",
+                    c.protected_last_layers, " layers at ",
+                    c.protected_bits == 16 ? "fp16" : "8-bit");
+  }
+  if (c.disable_norm_correction) absl::StrAppend(&out, "; norm correction off");
+  return out;
+}
+
+// A note when the server shrank a preset's group size to fit head_dim (bpv then grows: every
+// group carries a 16-bit scale), or "" when the preset applies as named.
+std::string GroupShrinkNote(const std::string& preset, const NamespaceDescriptor& resolved) {
+  if (preset.empty() || !resolved.codec.key || !resolved.codec.value) return "";
+  // The preset's nominal groups: its groups at a head_dim every nominal size divides.
+  absl::StatusOr<codec::CodecSpec> nominal = codec::PresetSpec(preset, 256);
+  if (!nominal.ok()) return "";
+  std::vector<std::string> parts;
+  auto check = [&](const char* name, const codec::SectionCodec& want,
+                   const client::SectionCodec& got) {
+    if (want.bits >= 1 && want.bits <= 8 && want.group_size != 256 &&
+        static_cast<uint32_t>(want.group_size) != got.group_size) {
+      parts.push_back(absl::StrCat(name, " group size ", want.group_size, " -> ", got.group_size));
+    }
+  };
+  check("K", nominal->key, *resolved.codec.key);
+  check("V", nominal->value, *resolved.codec.value);
+  if (parts.empty()) return "";
+  return absl::StrCat("preset ", preset, " does not fit head_dim ", resolved.head_dim, " as named (",
+                      absl::StrJoin(parts, ", "),
+                      "): smaller groups carry more scale bytes per value");
+}
+
 absl::Status RunNsRegister(const GlobalOptions& g, const Client& c, NsRegisterArgs a) {
   TURBOKV_ASSIGN_OR_RETURN(a.d.dtype, client::ParseDType(a.dtype));
   a.d.codec.preset = a.preset;
   TURBOKV_ASSIGN_OR_RETURN(client::NamespaceInfo info, c.RegisterNamespace(a.d, Call(g)));
+  const std::string note = GroupShrinkNote(a.preset, info.descriptor);
   JsonObject o;
   o.Add("namespace_id", client::FormatNamespaceId(info.namespace_id))
       .Add("created", info.created)
+      .Add("codec", CodecSummary(info.descriptor.codec))
       .Add("raw_block_bytes", info.raw_block_bytes)
       .Add("packed_block_bytes", info.packed_block_bytes)
       .Add("bits_per_value", info.bits_per_value)
       .Add("compression_ratio",
            info.packed_block_bytes ? double(info.raw_block_bytes) / info.packed_block_bytes : 0.0);
+  if (!note.empty()) o.Add("note", note);
   Emit(g, o);
   return absl::OkStatus();
 }
+
+absl::Status RunNsList(const GlobalOptions& g, const Client& c) {
+  TURBOKV_ASSIGN_OR_RETURN(client::ServerStats s, c.Stats(Call(g)));
+  std::vector<std::string> rows;
+  std::string human;
+  for (const client::NamespaceStats& ns : s.namespaces) {
+    const NamespaceDescriptor& d = ns.descriptor;
+    const std::string id = client::FormatNamespaceId(ns.namespace_id);
+    const std::string shape = absl::StrCat("[", d.num_layers, "][2][", d.block_tokens, "][",
+                                           d.num_kv_heads, "][", d.head_dim, "]");
+    JsonObject n;
+    n.Add("namespace_id", id)
+        .Add("model", d.model)
+        .Add("model_revision", d.model_revision)
+        .Add("dtype", client::DTypeName(d.dtype))
+        .Add("block_shape", shape)
+        .Add("tp_rank", d.tp_rank)
+        .Add("tp_size", d.tp_size)
+        .Add("codec", CodecSummary(d.codec))
+        .Add("ttl_seconds", d.ttl_seconds)
+        .Add("blocks", ns.blocks)
+        .Add("stored_bytes", ns.stored_bytes)
+        .Add("logical_bytes", ns.logical_bytes);
+    rows.push_back(n.Dump());
+    absl::StrAppend(&human, id, "  ", d.model, "  ", client::DTypeName(d.dtype), " ", shape, "  ",
+                    CodecSummary(d.codec), "  ", ns.blocks, " blocks, ", ns.stored_bytes,
+                    " bytes stored\n");
+  }
+  if (g.json) {
+    JsonObject o;
+    o.Add("count", uint64_t{s.namespaces.size()}).AddRawArray("namespaces", rows);
+    Emit(g, o);
+  } else {
+    std::cout << (human.empty() ? std::string("no namespaces\n") : human) << std::flush;
+  }
+  return absl::OkStatus();
+}
+
+// Progress of a put or get on stderr, one line rewritten in place.
+class Progress {
+ public:
+  Progress(const GlobalOptions& g, const char* verb, size_t total)
+      : on_(ShowProgress(g) && total > 0), verb_(verb), total_(total) {}
+  void Update(size_t done, uint64_t bytes) const {
+    if (!on_) return;
+    std::cerr << "\r" << verb_ << ": " << done << "/" << total_ << " blocks, "
+              << absl::StrFormat("%.1f", static_cast<double>(bytes) / (1 << 20)) << " MiB"
+              << std::flush;
+  }
+  ~Progress() {
+    if (on_) std::cerr << std::endl;
+  }
+
+ private:
+  const bool on_;
+  const char* verb_;
+  const size_t total_;
+};
 
 struct PutArgs {
   std::string ns, kv, tokens;
@@ -149,6 +260,7 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
   }
   uint64_t stored = 0, stored_bytes = 0, logical_bytes = 0;
   absl::Status first_failure;
+  Progress progress(g, "put", blocks.size());
   for (size_t begin = 0; begin < blocks.size(); begin += kBlocksPerCall) {
     const size_t end = std::min(blocks.size(), begin + kBlocksPerCall);
     std::vector<absl::Span<const uint8_t>> spans;
@@ -170,6 +282,7 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
             res[i].status.code(), absl::StrCat("block ", begin + i, ": ", res[i].status.message()));
       }
     }
+    progress.Update(end, logical_bytes);
   }
   JsonObject o;
   o.Add("namespace_id", client::FormatNamespaceId(id))
@@ -180,13 +293,24 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
       .Add("logical_bytes", logical_bytes)
       .Add("stored_bytes", stored_bytes)
       .Add("compression_ratio", stored_bytes ? double(logical_bytes) / stored_bytes : 0.0);
-  Emit(g, o);
-  if (!first_failure.ok()) {
-    return absl::Status(first_failure.code(),
-                        absl::StrCat(blocks.size() - stored, " of ", blocks.size(),
-                                     " blocks were not stored; first: ", first_failure.message()));
+  if (first_failure.ok()) {
+    Emit(g, o);
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  const absl::Status failure(first_failure.code(),
+                             absl::StrCat(blocks.size() - stored, " of ", blocks.size(),
+                                          " blocks were not stored; first: ",
+                                          first_failure.message()));
+  if (!g.json) {
+    Emit(g, o);
+    return failure;
+  }
+  // --json prints exactly one object: the result, with the failure inside it.
+  JsonObject err;
+  err.Add("code", absl::StatusCodeToString(failure.code())).Add("message", failure.message());
+  o.Add("error", err);
+  Emit(g, o);
+  return MarkReported(failure);
 }
 
 struct LookupArgs {
@@ -243,6 +367,8 @@ absl::Status RunGet(const GlobalOptions& g, const Client& c, const GetArgs& a) {
   std::vector<std::string> blocks;
   DType dtype = opt.dtype == DType::kUnspecified ? d.dtype : opt.dtype;
   bool gap = false;
+  uint64_t fetched_bytes = 0;
+  Progress progress(g, "get", m.matched_blocks);
   for (size_t begin = 0; begin < m.matched_blocks && !gap; begin += kBlocksPerCall) {
     const size_t end = std::min<size_t>(m.matched_blocks, begin + kBlocksPerCall);
     TURBOKV_ASSIGN_OR_RETURN(
@@ -254,8 +380,10 @@ absl::Status RunGet(const GlobalOptions& g, const Client& c, const GetArgs& a) {
         gap = true;
         break;
       }
+      fetched_bytes += b->size();
       blocks.push_back(std::move(*b));
     }
+    progress.Update(blocks.size(), fetched_bytes);
   }
   NpyArray out;
   const uint64_t n = blocks.size();
@@ -301,9 +429,10 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
       .Add("durability", s.durability)
       .Add("capacity_bytes", s.capacity_bytes)
       .Add("used_bytes", s.used_bytes)
+      .Add("stored_bytes", s.stored_bytes)
       .Add("blocks", s.blocks)
       .Add("logical_bytes", s.logical_bytes)
-      .Add("compression_ratio", s.used_bytes ? double(s.logical_bytes) / s.used_bytes : 0.0)
+      .Add("compression_ratio", s.stored_bytes ? double(s.logical_bytes) / s.stored_bytes : 0.0)
       .Add("evicted_blocks", s.evicted_blocks)
       .Add("checksum_failures", s.checksum_failures);
   std::vector<std::string> nss;
@@ -358,7 +487,24 @@ absl::Status RunDelete(const GlobalOptions& g, const Client& c, const DeleteArgs
   return absl::OkStatus();
 }
 
+constexpr char kReportedPayload[] = "turbokv.cli/reported";
+
 }  // namespace
+
+bool ShowProgress(const GlobalOptions& g) {
+  if (g.progress == "always") return true;
+  if (g.progress == "never") return false;
+  return !g.json && isatty(STDERR_FILENO);
+}
+
+absl::Status MarkReported(absl::Status status) {
+  status.SetPayload(kReportedPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsReported(const absl::Status& status) {
+  return status.GetPayload(kReportedPayload).has_value();
+}
 
 void Emit(const GlobalOptions& g, const JsonObject& obj) {
   if (g.json) {
@@ -388,6 +534,8 @@ void AddNamespaceCommands(CLI::App& app, Action* action) {
   reg->callback([a, action] {
     *action = [a](const GlobalOptions& g, const Client& c) { return RunNsRegister(g, c, *a); };
   });
+  CLI::App* list = ns->add_subcommand("list", "list the registered namespaces (codec, blocks, bytes)");
+  list->callback([action] { *action = RunNsList; });
   CLI::App* drop = ns->add_subcommand("drop", "delete a namespace and all its blocks (on every node)");
   auto d = std::make_shared<DropArgs>();
   drop->add_option("--namespace", d->ns, "namespace id (16 hex digits)")->required();

@@ -22,12 +22,23 @@ struct GlobalOptions {
   int replicas = 1;             // copies of each block (--replicas)
   bool json = false;            // one JSON object per command on stdout
   double timeout_seconds = 60;  // per RPC, retries included
+  // Progress lines on stderr during put/get: "auto" = when stderr is a terminal and --json is
+  // off; "always"; "never".
+  std::string progress = "auto";
 };
+
+// Whether put/get print progress lines to stderr.
+bool ShowProgress(const GlobalOptions& g);
+
+// Marks a failure status as already reported inside the command's one JSON object (`put
+// --json` on a partial failure), so main() exits 1 without printing a second object.
+absl::Status MarkReported(absl::Status status);
+bool IsReported(const absl::Status& status);
 
 // Runs a command against the connected nodes (one node behaves as a plain Client).
 using Action = std::function<absl::Status(const GlobalOptions&, const client::ShardedClient&)>;
 
-void AddNamespaceCommands(CLI::App& app, Action* action);  // ns register, ns drop
+void AddNamespaceCommands(CLI::App& app, Action* action);  // ns register, ns list, ns drop
 void AddDeleteCommand(CLI::App& app, Action* action);
 void AddPutCommand(CLI::App& app, Action* action);
 void AddLookupCommand(CLI::App& app, Action* action);

@@ -6,15 +6,23 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
 #include "commands.h"
 #include "json_writer.h"
 
 namespace {
 
+#ifndef TURBOKV_VERSION
+#define TURBOKV_VERSION "0.0.0"
+#endif
+
 int Fail(const turbokv::cli::GlobalOptions& g, const absl::Status& st) {
+  if (turbokv::cli::IsReported(st)) return 1;  // already inside the command's JSON object
   const std::string code = absl::StatusCodeToString(st.code());
   if (g.json) {
     turbokv::cli::JsonObject err;
@@ -33,6 +41,11 @@ int main(int argc, char** argv) {
   using turbokv::cli::GlobalOptions;
   CLI::App app{"turbokv: command-line client of the turbokv KV-cache store"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "turbokv " TURBOKV_VERSION);
+  // Words that are no subcommand land here, so the error names them instead of CLI11's "A
+  // subcommand is required".
+  std::vector<std::string> unknown;
+  app.add_option("command", unknown)->group("");
   GlobalOptions g;
   if (const char* env = std::getenv("TURBOKV_SERVER"); env != nullptr && *env) g.server = env;
   app.add_option("--server", g.server,
@@ -46,6 +59,11 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", g.timeout_seconds, "deadline of each RPC in seconds")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--progress", g.progress,
+                 "progress lines on stderr for put/get: auto (when stderr is a terminal and "
+                 "--json is off), always, never")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "always", "never"}));
 
   Action action;
   turbokv::cli::AddNamespaceCommands(app, &action);
@@ -58,6 +76,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (!unknown.empty() && app.get_subcommands().empty()) {
+      std::vector<std::string> names;
+      for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+      std::cerr << "turbokv: unknown command '" << unknown.front()
+                << "'; commands: " << absl::StrJoin(names, ", ") << " (see turbokv --help)"
+                << std::endl;
+      return 2;
+    }
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }

@@ -209,6 +209,16 @@ void Accumulate(const BlockShape& shape, const std::vector<uint8_t>& raw,
   }
 }
 
+// num / den, or NaN when den is 0 (the relative error of an all-zero input is undefined).
+double Ratio(double num, double den) { return den == 0 ? NAN : num / den; }
+
+// A JSON number, or null when `v` is not finite (JSON has no NaN or Inf).
+// `fixed`: six digits after the point (%.6f), else six significant digits (%.6g).
+std::string JsonNumber(double v, bool fixed = false) {
+  if (!std::isfinite(v)) return "null";
+  return fixed ? absl::StrFormat("%.6f", v) : absl::StrFormat("%.6g", v);
+}
+
 int RunEval(const EvalArgs& a) {
   absl::StatusOr<Workload> w = a.source == "random" ? RandomWorkload(a) : NpyWorkload(a);
   if (!w.ok()) {
@@ -258,7 +268,10 @@ int RunEval(const EvalArgs& a) {
     }
     Accumulate(w->shape, w->blocks[b], decoded, &q);
   }
-  const double rel_mse = (q.err[0] + q.err[1]) / (q.ref[0] + q.ref[1]);
+  const double rel_mse = Ratio(q.err[0] + q.err[1], q.ref[0] + q.ref[1]);
+  const double rel_mse_k = Ratio(q.err[0], q.ref[0]);
+  const double rel_mse_v = Ratio(q.err[1], q.ref[1]);
+  const double mean_cosine = Ratio(q.cos_sum, static_cast<double>(q.vectors));
   const double raw_bytes = static_cast<double>(n * c->raw_bytes());
   const double bpv = BitsPerValue(c->packed_bytes(), w->shape);
 
@@ -295,19 +308,20 @@ int RunEval(const EvalArgs& a) {
   const double gb = raw_bytes / 1e9;
   const std::string isa_name = codec::CpuIsaName(isa);
   if (a.json) {
+    // Ratios of zero by zero (an all-zero input) are undefined: JSON null, never "nan".
     std::printf(
         "{\"source\": \"%s\", \"config\": \"%s\", \"norm_correction\": %s, \"vectors\": %zu, "
         "\"head_dim\": %d, \"blocks\": %zu, \"block_shape\": [%d, 2, %d, %d, %d], "
-        "\"rel_mse\": %.6g, \"rel_mse_k\": %.6g, \"rel_mse_v\": %.6g, \"theory_g_mse_k\": %s, "
-        "\"mean_cosine\": %.6f, \"bpv\": %.6f, \"packed_block_bytes\": %zu, "
+        "\"rel_mse\": %s, \"rel_mse_k\": %s, \"rel_mse_v\": %s, \"theory_g_mse_k\": %s, "
+        "\"mean_cosine\": %s, \"bits_per_value\": %.6f, \"packed_block_bytes\": %zu, "
         "\"raw_block_bytes\": %zu, \"compression_ratio\": %.4f, \"isa\": \"%s\", "
         "\"encode_gbps\": %.3f, \"decode_gbps\": %.3f, \"memcpy_gbps\": %.3f, "
         "\"zstd1_gbps\": %.3f, \"zstd1_ratio\": %.4f}\n",
         a.source.c_str(), config.c_str(), spec.norm_correction ? "true" : "false", q.vectors,
         w->shape.head_dim, n, w->shape.num_layers, w->shape.block_tokens, w->shape.num_kv_heads,
-        w->shape.head_dim, rel_mse, q.err[0] / q.ref[0], q.err[1] / q.ref[1],
-        std::isnan(theory_k) ? "null" : absl::StrFormat("%.6g", theory_k).c_str(),
-        q.cos_sum / q.vectors, bpv, c->packed_bytes(), c->raw_bytes(),
+        w->shape.head_dim, JsonNumber(rel_mse).c_str(), JsonNumber(rel_mse_k).c_str(),
+        JsonNumber(rel_mse_v).c_str(), JsonNumber(theory_k).c_str(),
+        JsonNumber(mean_cosine, /*fixed=*/true).c_str(), bpv, c->packed_bytes(), c->raw_bytes(),
         static_cast<double>(c->raw_bytes()) / c->packed_bytes(), isa_name.c_str(), gb / t_enc,
         gb / t_dec, gb / t_memcpy, gb / t_zstd, raw_bytes / zstd_bytes);
   } else {
@@ -315,9 +329,9 @@ int RunEval(const EvalArgs& a) {
     std::printf("codec         %s, norm correction %s, %s\n", config.c_str(),
                 spec.norm_correction ? "on" : "off", isa_name.c_str());
     std::printf("vectors       %zu x %d in %zu blocks\n", q.vectors, w->shape.head_dim, n);
-    std::printf("rel_mse       %.6g  (K %.6g, V %.6g; theory g*MSE %.6g)\n", rel_mse,
-                q.err[0] / q.ref[0], q.err[1] / q.ref[1], theory_k);
-    std::printf("mean_cosine   %.6f\n", q.cos_sum / q.vectors);
+    std::printf("rel_mse       %.6g  (K %.6g, V %.6g; theory g*MSE %.6g)\n", rel_mse, rel_mse_k,
+                rel_mse_v, theory_k);
+    std::printf("mean_cosine   %.6f\n", mean_cosine);
     std::printf("bpv           %.4f  (%zu packed bytes per %zu raw fp16 bytes, %.2fx)\n", bpv,
                 c->packed_bytes(), c->raw_bytes(), static_cast<double>(c->raw_bytes()) / c->packed_bytes());
     std::printf("encode        %.3f GB/s   decode %.3f GB/s   (1 thread, fp16 bytes)\n", gb / t_enc, gb / t_dec);
@@ -330,10 +344,15 @@ int RunEval(const EvalArgs& a) {
 }  // namespace
 }  // namespace turbokv::tools
 
+#ifndef TURBOKV_VERSION
+#define TURBOKV_VERSION "0.0.0"
+#endif
+
 int main(int argc, char** argv) {
   using turbokv::tools::EvalArgs;
   CLI::App app{"turbokv-codec: evaluate the TurboQuant KV codec (quality, bpv, speed)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "turbokv-codec " TURBOKV_VERSION);
   EvalArgs a;
   CLI::App* eval = app.add_subcommand(
       "eval", "Encode and decode vectors; print rel_mse, mean_cosine, bpv and GB/s next to memcpy "
@@ -354,7 +373,7 @@ int main(int argc, char** argv) {
   eval->add_flag("--json", a.json, "print one JSON object");
   eval->add_option("--isa", a.isa, "CPU path: auto|scalar|avx2|avx512")
       ->capture_default_str()->check(CLI::IsMember({"auto", "scalar", "avx2", "avx512"}));
-  eval->add_option("--layers", a.layers, "random: layers per block")->capture_default_str()->check(CLI::Range(1, 4096));
+  eval->add_option("--num-layers", a.layers, "random: layers per block")->capture_default_str()->check(CLI::Range(1, 4096));
   eval->add_option("--block-tokens", a.block_tokens, "tokens per block")->capture_default_str()->check(CLI::Range(1, 65535));
   eval->add_option("--num-kv-heads", a.num_kv_heads, "random: KV heads per block")
       ->capture_default_str()->check(CLI::Range(1, 4096));

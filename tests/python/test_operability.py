@@ -1,0 +1,328 @@
+"""Day-one operability of the real binaries (issue 13): start-up checks that fail before any
+state is created, capacity warnings, --version, the CLI's error for an unknown command,
+`ns list`, the resolved codec at registration, one JSON object per command, progress lines,
+valid JSON from `turbokv-codec eval` on an all-zero input, and metrics an operator can trust
+(no pre-created zero series, process_* and build-info series, one meaning of stored bytes and
+of the compression ratio)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, _find_binary, find_cli_binary, find_server_binary
+
+pytestmark = pytest.mark.integration
+
+SMOLLM2_KV = os.path.join(FIXTURES, "smollm2_kv_64_fp16.npy")
+SMOLLM2_TOKENS = os.path.join(FIXTURES, "smollm2_tokens_64.npy")
+
+
+def _binary(name, env):
+    p = _find_binary(name, env)
+    if p is None:
+        pytest.skip("%s binary not found (set %s or TURBOKV_BUILD_DIR)" % (name, env))
+    return p
+
+
+@pytest.fixture
+def server_bin():
+    p = find_server_binary()
+    if p is None:
+        pytest.skip("turbokv-server binary not found")
+    return p
+
+
+@pytest.fixture
+def cli_bin():
+    p = find_cli_binary()
+    if p is None:
+        pytest.skip("turbokv CLI binary not found")
+    return p
+
+
+class Server:
+    """turbokv-server with the given flags; waits for its port file (or for it to exit)."""
+
+    def __init__(self, binary, tmp_path, *args, data_dir=None, metrics=False, name="srv"):
+        self.data_dir = str(data_dir or tmp_path / ("%s-data" % name))
+        self.log_path = tmp_path / ("%s.log" % name)
+        self.port_file = tmp_path / ("%s.ports" % name)
+        if self.port_file.exists():
+            self.port_file.unlink()
+        argv = [binary, "--port-file", str(self.port_file), "--data-dir", self.data_dir,
+                "--codec-threads", "1", "--log-level", "info",
+                "--metrics-listen", "127.0.0.1:0" if metrics else ""]
+        if not any(a.startswith("--listen") for a in args):
+            argv += ["--listen", "127.0.0.1:0"]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(argv + list(args), stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        want = 2 if metrics else 1
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            if self.port_file.exists():
+                ports = self.port_file.read_text().split()
+                if len(ports) >= want:
+                    self.ports = [int(p) for p in ports]
+                    return
+            time.sleep(0.02)
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.ports[0]
+
+    def metrics(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.ports[1], timeout=10) as r:
+            return r.read().decode()
+
+    def log(self):
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self._log.close()
+        return self.proc.returncode
+
+
+def cli(binary, server, *args, check=True):
+    p = subprocess.run([binary, "--server", server.address, "--json", *args],
+                       capture_output=True, text=True, timeout=120)
+    if check:
+        assert p.returncode == 0, (args, p.returncode, p.stderr)
+        lines = p.stdout.strip().splitlines()
+        assert len(lines) == 1, p.stdout
+        return json.loads(lines[0])
+    return p
+
+
+def register(cli_bin, server, head_dim=64, num_kv_heads=3, num_layers=30, preset="k4v4-g32"):
+    return cli(cli_bin, server, "ns", "register", "--model", "ops-test", "--num-layers",
+               str(num_layers), "--num-kv-heads", str(num_kv_heads), "--head-dim", str(head_dim),
+               "--block-tokens", "16", "--dtype", "fp16", "--preset", preset)
+
+
+# ---- start-up -------------------------------------------------------------------------------
+
+def test_versions(server_bin, cli_bin):
+    codec_bin = _binary("turbokv-codec", "TURBOKV_CODEC_BIN")
+    for binary, name in ((server_bin, "turbokv-server"), (cli_bin, "turbokv"),
+                         (codec_bin, "turbokv-codec")):
+        p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        assert re.fullmatch(r"%s \d+\.\d+\.\d+" % re.escape(name), p.stdout.strip()), p.stdout
+
+
+def test_port_in_use_fails_before_creating_the_data_dir(server_bin, tmp_path):
+    first = Server(server_bin, tmp_path, name="first")
+    try:
+        assert first.proc.poll() is None, first.log()
+        second = Server(server_bin, tmp_path, "--listen", first.address, name="second")
+        assert second.proc.wait(timeout=30) != 0
+        second.stop()
+        assert "cannot listen" in second.log(), second.log()
+        assert not os.path.exists(second.data_dir), os.listdir(second.data_dir)
+    finally:
+        first.stop()
+
+
+@pytest.mark.parametrize("metrics_listen", ["127.0.0.1:99999", "not-an-address"])
+def test_bad_metrics_address_fails_before_creating_the_data_dir(server_bin, tmp_path,
+                                                                metrics_listen):
+    s = Server(server_bin, tmp_path, "--metrics-listen", metrics_listen)
+    assert s.proc.wait(timeout=30) != 0
+    s.stop()
+    assert "metrics" in s.log(), s.log()
+    assert not os.path.exists(s.data_dir)
+
+
+def test_metrics_port_in_use_keeps_an_existing_data_dir(server_bin, tmp_path):
+    """Cleanup removes only a directory the failed start created, never existing data."""
+    first = Server(server_bin, tmp_path, metrics=True, name="first")
+    try:
+        data = tmp_path / "existing"
+        data.mkdir()
+        (data / "keep").write_text("x")
+        s = Server(server_bin, tmp_path, "--metrics-listen", "127.0.0.1:%d" % first.ports[1],
+                   data_dir=data, name="second")
+        assert s.proc.wait(timeout=30) != 0
+        s.stop()
+        assert (data / "keep").read_text() == "x"
+    finally:
+        first.stop()
+
+
+def test_capacity_warnings_at_start(server_bin, tmp_path):
+    tiny = Server(server_bin, tmp_path, "--capacity", "100", name="tiny")
+    assert tiny.stop() == 0
+    assert re.search(r" warning .*--capacity 100 B is smaller than", tiny.log()), tiny.log()
+    huge = Server(server_bin, tmp_path, "--capacity", "1000TiB", name="huge")
+    assert huge.stop() == 0
+    assert re.search(r" warning .*--capacity 1000 TiB is more than", huge.log()), huge.log()
+    normal = Server(server_bin, tmp_path, "--capacity", "1GiB", name="normal")
+    assert normal.stop() == 0
+    assert " warning " not in normal.log(), normal.log()
+
+
+def test_restart_below_stored_data_warns(server_bin, cli_bin, tmp_path):
+    s = Server(server_bin, tmp_path, name="a")
+    ns = register(cli_bin, s, preset="raw")
+    put = cli(cli_bin, s, "put", "--namespace", ns["namespace_id"], "--kv", SMOLLM2_KV,
+              "--tokens", SMOLLM2_TOKENS)
+    assert put["blocks_stored"] == 4
+    assert s.stop() == 0
+    r = Server(server_bin, tmp_path, "--capacity", "400KiB", data_dir=s.data_dir, name="b")
+    try:
+        assert r.proc.poll() is None, r.log()
+        assert re.search(r" warning .*holds .* in 4 blocks, above the high watermark", r.log()), r.log()
+    finally:
+        r.stop()
+
+
+# ---- CLI --------------------------------------------------------------------------------------
+
+def test_unknown_command_is_named(cli_bin):
+    p = subprocess.run([cli_bin, "frobnicate"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    assert "unknown command 'frobnicate'" in p.stderr, p.stderr
+    assert "ns" in p.stderr and "put" in p.stderr
+
+
+def test_ns_register_shows_the_resolved_codec_and_ns_list(server_bin, cli_bin, tmp_path):
+    s = Server(server_bin, tmp_path)
+    try:
+        big = register(cli_bin, s, head_dim=64)
+        assert big["codec"] == "K 4-bit g=32, V 4-bit g=32"
+        assert "note" not in big
+        small = register(cli_bin, s, head_dim=8, num_kv_heads=4, num_layers=5)
+        assert small["codec"] == "K 4-bit g=8, V 4-bit g=8"
+        assert "head_dim 8" in small["note"] and "32 -> 8" in small["note"], small
+        assert small["bits_per_value"] > 6
+        listed = cli(cli_bin, s, "ns", "list")
+        assert listed["count"] == 2
+        by_id = {n["namespace_id"]: n for n in listed["namespaces"]}
+        assert by_id[big["namespace_id"]]["codec"] == big["codec"]
+        assert by_id[small["namespace_id"]]["block_shape"] == "[5][2][16][4][8]"
+        human = subprocess.run([cli_bin, "--server", s.address, "ns", "list"],
+                               capture_output=True, text=True, timeout=60)
+        assert human.returncode == 0 and big["namespace_id"] in human.stdout
+    finally:
+        s.stop()
+
+
+def test_put_json_failure_is_one_object(server_bin, cli_bin, tmp_path):
+    s = Server(server_bin, tmp_path, "--capacity", "100")
+    try:
+        ns = register(cli_bin, s, preset="raw")
+        p = cli(cli_bin, s, "put", "--namespace", ns["namespace_id"], "--kv", SMOLLM2_KV,
+                "--tokens", SMOLLM2_TOKENS, check=False)
+        assert p.returncode == 1
+        lines = p.stdout.strip().splitlines()
+        assert len(lines) == 1, p.stdout
+        out = json.loads(lines[0])
+        assert out["blocks_sent"] == 4 and out["blocks_stored"] == 0
+        assert out["error"]["code"] == "RESOURCE_EXHAUSTED", out
+        assert "4 of 4 blocks were not stored" in out["error"]["message"]
+        assert "{" not in p.stderr, p.stderr  # no second object on stderr
+    finally:
+        s.stop()
+
+
+def test_progress_lines(server_bin, cli_bin, tmp_path):
+    s = Server(server_bin, tmp_path)
+    try:
+        ns = register(cli_bin, s)
+        p = subprocess.run([cli_bin, "--server", s.address, "--progress", "always", "put",
+                            "--namespace", ns["namespace_id"], "--kv", SMOLLM2_KV, "--tokens",
+                            SMOLLM2_TOKENS], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert "put: 4/4 blocks" in p.stderr, p.stderr
+        quiet = subprocess.run([cli_bin, "--server", s.address, "get", "--namespace",
+                                ns["namespace_id"], "--tokens", SMOLLM2_TOKENS, "--out",
+                                str(tmp_path / "out.npy")], capture_output=True, text=True,
+                               timeout=60)
+        assert quiet.returncode == 0 and "blocks" not in quiet.stderr  # auto: not a terminal
+    finally:
+        s.stop()
+
+
+def test_codec_eval_all_zero_input_is_valid_json(tmp_path):
+    codec_bin = _binary("turbokv-codec", "TURBOKV_CODEC_BIN")
+    path = tmp_path / "zeros.npy"
+    np.save(path, np.zeros((2, 2, 16, 2, 64), np.float16))
+    p = subprocess.run([codec_bin, "eval", "--source", str(path), "--preset", "k4v4-g32",
+                        "--min-seconds", "0.001", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)  # "-nan" would not parse
+    assert out["rel_mse"] is None and out["rel_mse_k"] is None
+    assert out["mean_cosine"] == 1.0  # zeros decode to exact zeros
+    r = subprocess.run([codec_bin, "eval", "--source", "random", "--vectors", "64",
+                        "--num-layers", "2", "--min-seconds", "0.001", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["block_shape"][0] == 2 and out["bits_per_value"] > 4
+
+
+# ---- metrics --------------------------------------------------------------------------------
+
+def _samples(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def test_metrics_idle_series_and_byte_terms(server_bin, cli_bin, tmp_path):
+    s = Server(server_bin, tmp_path, metrics=True)
+    try:
+        idle = _samples(s.metrics())
+        # No per-(method, code) or per-result child exists before its first RPC (the server
+        # used to export 295 samples when idle, 293 of them pre-created zeros); what remains
+        # are the store gauges and the counters of fixed label sets (hit/miss, op, backend).
+        assert not [k for k in idle if k.startswith(("turbokv_rpc_", "turbokv_put_blocks"))], idle
+        turbokv = [k for k in idle if k.startswith("turbokv_")]
+        assert len(turbokv) < 40, turbokv
+        for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                     "process_start_time_seconds", "process_open_fds", "process_max_fds"):
+            assert name in idle, name
+        assert idle["process_resident_memory_bytes"] > 1 << 20
+        assert abs(idle["process_start_time_seconds"] - time.time()) < 120
+        info = [k for k in idle if k.startswith("turbokv_build_info{")]
+        assert len(info) == 1 and re.search(r'version="\d+\.\d+\.\d+"', info[0]), info
+
+        ns = register(cli_bin, s)
+        cli(cli_bin, s, "put", "--namespace", ns["namespace_id"], "--kv", SMOLLM2_KV,
+            "--tokens", SMOLLM2_TOKENS)
+        stats = cli(cli_bin, s, "stats")
+        deadline = time.monotonic() + 10  # gauges refresh every second
+        while True:
+            m = _samples(s.metrics())
+            if m.get("turbokv_blocks") == stats["blocks"]:
+                break
+            assert time.monotonic() < deadline, m
+            time.sleep(0.2)
+        assert m["turbokv_stored_bytes"] == stats["stored_bytes"]
+        assert m["turbokv_used_bytes"] == stats["used_bytes"]
+        assert stats["used_bytes"] > stats["stored_bytes"] > 0
+        ratio = stats["logical_bytes"] / stats["stored_bytes"]
+        assert abs(stats["compression_ratio"] - ratio) < 1e-4
+        assert abs(m["turbokv_compression_ratio"] - ratio) < 1e-6
+        assert m['turbokv_rpc_requests_total{code="OK",method="PutBlocks"}'] == 1
+        assert 'turbokv_rpc_requests_total{code="INTERNAL",method="PutBlocks"}' not in m
+    finally:
+        s.stop()
