@@ -75,3 +75,32 @@ def test_rejects_bad_input():
     with pytest.raises(ValueError):
         PrefixHasher(-1)
     assert h.block_hashes([], 4) == []
+
+
+def test_bound_hasher_refuses_another_block_size():
+    """Hashes of the wrong block size never match and nothing downstream can tell: a hasher
+    bound to the namespace's block_tokens refuses them."""
+    tokens = np.arange(64)
+    h = PrefixHasher(7, block_tokens=16)
+    assert h.block_tokens == 16
+    assert h.block_hashes(tokens) == h.block_hashes(tokens, 16) == \
+        PrefixHasher(7).block_hashes(tokens, 16)
+    with pytest.raises(ValueError, match="differs from the namespace's 16"):
+        h.block_hashes(tokens, 32)
+    with pytest.raises(ValueError, match="block_tokens is required"):
+        PrefixHasher(7).block_hashes(tokens)
+    with pytest.raises(ValueError):
+        PrefixHasher(7, block_tokens=0)
+
+
+def test_namespace_info_gives_a_bound_hasher():
+    from conftest import require_stubs
+    require_stubs()
+    from turbokv.client import NamespaceInfo
+    info = NamespaceInfo(namespace_id=9, created=True, raw_block_bytes=1, packed_block_bytes=1,
+                         bits_per_value=8.0, model="m", num_layers=1, num_kv_heads=1,
+                         head_dim=8, block_tokens=4, dtype="fp16", descriptor={})
+    h = info.prefix_hasher(b"lora")
+    assert (h.namespace_id, h.extra_key, h.block_tokens) == (9, b"lora", 4)
+    with pytest.raises(ValueError):
+        h.block_hashes(np.arange(16), 8)

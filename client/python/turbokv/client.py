@@ -55,6 +55,7 @@ import numpy as np
 from . import buffers
 from ._async import AsyncCalls
 from .errors import StatusCode, TurboKVError
+from .hasher import PrefixHasher
 
 try:
     from .v1 import turbokv_pb2 as pb
@@ -122,6 +123,11 @@ class NamespaceInfo:
     @property
     def compression_ratio(self) -> float:
         return self.raw_block_bytes / self.packed_block_bytes if self.packed_block_bytes else 0.0
+
+    def prefix_hasher(self, extra_key: bytes = b"") -> "PrefixHasher":
+        """A PrefixHasher of this namespace bound to its block_tokens (refuses other block
+        sizes, whose hashes would never match)."""
+        return PrefixHasher(self.namespace_id, extra_key, block_tokens=self.block_tokens)
 
 
 @dataclasses.dataclass(frozen=True)
