@@ -33,26 +33,10 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def import_models():
-    """Imports ``turbokv.models`` from this checkout without needing the gRPC client.
-
-    The ``turbokv`` package's own ``__init__`` imports the gRPC client; when that cannot be
-    imported (generated stubs not built yet), the models subpackage is loaded on its own.
-    """
-    sys.path.insert(0, os.path.join(_REPO, "client", "python"))
-    try:
-        import turbokv.models as models  # noqa: WPS433
-        return models
-    except ImportError as first:
-        if "turbokv.models" in str(first):
-            raise
-        import types
-        for mod in [m for m in sys.modules if m == "turbokv" or m.startswith("turbokv.")]:
-            del sys.modules[mod]
-        pkg = types.ModuleType("turbokv")
-        pkg.__path__ = [os.path.join(_REPO, "client", "python", "turbokv")]
-        sys.modules["turbokv"] = pkg
-        import turbokv.models as models  # noqa: WPS433
-        return models
+    """Imports the numpy model package (tools/numpy_llm) of this checkout."""
+    sys.path.insert(0, os.path.join(_REPO, "tools"))
+    import numpy_llm as models  # noqa: WPS433
+    return models
 
 
 def read_text(text_or_path: str) -> str:
@@ -82,7 +66,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", required=True, choices=["smollm2", "stories260k"])
     ap.add_argument("--model-path", help="checkpoint file (default: cache / shared data)")
     ap.add_argument("--kv-layout", default="hf", choices=["hf", "gguf"],
-                    help="SmolLM2 only: K coordinate order (see turbokv.models.gguf_llama)")
+                    help="SmolLM2 only: K coordinate order (see numpy_llm.gguf_llama)")
     ap.add_argument("--text", required=True, help="a file path, or the text itself")
     ap.add_argument("--tokens", type=int, required=True, help="number of tokens T to capture")
     ap.add_argument("--out", required=True, help="KV .npy [L][2][T][H][D]")

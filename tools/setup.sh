@@ -41,8 +41,13 @@ if ! cmp -s tools/requirements.txt "$BUILD/venv/.requirements"; then
   "$BUILD/venv/bin/pip" install -q --disable-pip-version-check -r tools/requirements.txt
   cp tools/requirements.txt "$BUILD/venv/.requirements"
 fi
-# The gRPC stubs of the Python client are generated from proto/ (not committed).
-"$BUILD/venv/bin/python" client/python/scripts/gen_stubs.py
+# The Python client's gRPC stubs: generated from proto/ into $BUILD/python (never into the
+# source tree) by the grpcio-tools pinned in client/python/pyproject.toml (its own small venv);
+# the .pth puts this checkout's client/python and the stubs on the venv's path.
+"$BUILD/venv/bin/python" client/python/scripts/gen_stubs.py --out-root "$BUILD/python" \
+  --venv "$BUILD/stubgen-venv"
+printf '%s\n' "$PWD/client/python" "$PWD/$BUILD/python" > "$("$BUILD/venv/bin/python" -c \
+  'import sysconfig; print(sysconfig.get_paths()["purelib"])')/turbokv-checkout.pth"
 
 log "cmake configure ($BUILD)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-} > "$BUILD/configure.log" 2>&1 \

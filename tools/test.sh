@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it (README "Test"):
 #   1. tools/setup.sh (deps, venv, build),
 #   2. ctest: unit and integration tests (GPU tests skip without a device),
-#   3. pytest: Python client, models, demo (real turbokv-server on 127.0.0.1:0),
+#   3. pytest: Python client, models, demo (real turbokv-server on 127.0.0.1:0), the client
+#      wheel in fresh venvs (new and old grpcio/protobuf), mypy on the package,
 #   4. the codec tests again under ASan+UBSan,
 #   5. a short libFuzzer run of the packed-block parser (clang).
 # Exit status non-zero when any step fails.

@@ -1,6 +1,6 @@
 """The model's forward pass with a hook on every K and V entering attention.
 
-``LlamaModel.prefill`` (client/python/turbokv/models/llama.py) has no hook, so this module
+``LlamaModel.prefill`` (tools/numpy_llm/llama.py) has no hook, so this module
 repeats its layer loop operation for operation (same numpy calls, same order), adding
 ``kv_hook(layer, k, v) -> (k, v)`` between computing a layer's K (after RoPE) / V and using
 them, and optionally returning each layer's queries (after RoPE) for attention statistics.
@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from turbokv.models.llama import KV_K, KV_V, _silu, _softmax_inplace, rms_norm
+from numpy_llm.llama import KV_K, KV_V, _silu, _softmax_inplace, rms_norm
 
 KvHook = Callable[[int, np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]
 

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
+sys.path.insert(0, os.path.join(REPO, "tools"))  # numpy_llm, the numpy models
 sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
@@ -161,7 +162,7 @@ def window_starts(n_tokens: int, length: int, count: int) -> List[int]:
 
 
 def load(args):
-    from turbokv.models import load_model
+    from numpy_llm import load_model
     import quantizers
     t0 = time.time()
     model = load_model("smollm2", path=args.model_path)

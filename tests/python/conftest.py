@@ -1,8 +1,9 @@
 """Shared pytest fixtures for the Python tests.
 
 * The checkout's ``client/python`` is put first on ``sys.path`` (tests exercise the tree, not an
-  installed copy), and the gRPC stubs are generated there when missing or stale
-  (``client/python/scripts/gen_stubs.py``; needs grpcio-tools).
+  installed copy), with the gRPC stubs from ``$TURBOKV_BUILD_DIR/python`` (generated there by
+  tools/setup.sh; ``turbokv`` joins them through ``pkgutil.extend_path``).
+* ``<repo>/tools`` is on ``sys.path`` for ``numpy_llm`` (the numpy models, tools/numpy_llm).
 * ``turbokv_server``: a real ``turbokv-server`` binary on 127.0.0.1 with a free port (``--listen
   127.0.0.1:0 --port-file``), metrics disabled and a fresh temporary ``--data-dir``, one per test.
   The binary is ``$TURBOKV_SERVER_BIN``, else ``$TURBOKV_BUILD_DIR/bin/turbokv-server``, else the
@@ -28,27 +29,29 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLIENT_PY = os.path.join(REPO, "client", "python")
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 
-if CLIENT_PY not in sys.path:
-    sys.path.insert(0, CLIENT_PY)
 
+def _stubs_dir():
+    """$TURBOKV_BUILD_DIR/python, else the newest <repo>/build*/python with stubs."""
+    build = os.environ.get("TURBOKV_BUILD_DIR")
+    if build:
+        return os.path.join(build, "python")
+    found = glob.glob(os.path.join(REPO, "build*", "python", "turbokv", "v1", "turbokv_pb2.py"))
+    if not found:
+        return os.path.join(REPO, "build", "python")
+    return os.path.dirname(os.path.dirname(os.path.dirname(max(found, key=os.path.getmtime))))
+
+
+STUBS_DIR = _stubs_dir()
+for _p in (STUBS_DIR, CLIENT_PY):  # the tree first, its stubs from the build folder
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+if os.path.join(REPO, "tools") not in sys.path:  # numpy_llm: the numpy models of demo/bench
+    sys.path.append(os.path.join(REPO, "tools"))
 _STUBS_ERROR = None
-
-
-def _ensure_stubs():
-    """Generates the stubs into the checkout when missing or older than the proto."""
-    global _STUBS_ERROR
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "turbokv_gen_stubs", os.path.join(CLIENT_PY, "scripts", "gen_stubs.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    try:
-        mod.generate()
-    except Exception as e:  # grpcio-tools missing, proto missing, ...
-        _STUBS_ERROR = "cannot generate the turbokv gRPC stubs: %s" % e
-
-
-_ensure_stubs()
+if not os.path.isfile(os.path.join(STUBS_DIR, "turbokv", "v1", "turbokv_pb2.py")):
+    _STUBS_ERROR = ("the turbokv gRPC stubs are not generated in %s: run tools/setup.sh (or "
+                    "client/python/scripts/gen_stubs.py --out-root %s --venv ...)"
+                    % (STUBS_DIR, STUBS_DIR))
 
 
 def require_stubs():

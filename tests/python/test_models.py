@@ -1,4 +1,4 @@
-"""Tests for turbokv.models (numpy Llama forward, tokenizers, KV layout) and tools/capture_kv.py.
+"""Tests for tools/numpy_llm (numpy Llama forward, tokenizers, KV layout) and tools/capture_kv.py.
 
 Data they need and what happens without it:
   * stories260K: ``../shared/data/stories260K`` next to the repository (or
@@ -101,7 +101,7 @@ def _rel_err(a, b):
 # ---------------------------------------------------------------------------------------------
 def _runc_reference(path, tokens):
     """Token-at-a-time port of llama2.c run.c ``forward`` (scalar loops), independent of
-    turbokv.models; returns the logits of every position."""
+    numpy_llm; returns the logits of every position."""
     raw = open(path, "rb").read()
     dim, hid, L, nh, nkv, V, seq = struct.unpack_from("<7i", raw, 0)
     w = np.frombuffer(raw[28:], dtype=np.float32)
@@ -238,7 +238,7 @@ def test_kv_is_after_rope(stories):
     _, kv = stories.prefill(tokens)
     w = stories.layers[0]
     x = stories.tok_embeddings[tokens]
-    from turbokv.models.llama import rms_norm
+    from numpy_llm.llama import rms_norm
     qkv = rms_norm(x, w.attn_norm, c.rms_eps) @ w.wqkv
     k_plain = qkv[:, c.num_heads * c.head_dim:(c.num_heads + c.num_kv_heads) * c.head_dim]
     k_plain = k_plain.reshape(len(tokens), c.num_kv_heads, c.head_dim)

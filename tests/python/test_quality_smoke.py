@@ -66,7 +66,7 @@ def test_quality_quick(tmp_path):
                     "TURBOKV_BUILD_DIR (looked for <repo>/build*/bin/turbokv-server)")
     if not os.path.exists(WIKITEXT):
         pytest.skip("WikiText-2 test text not found at %s" % WIKITEXT)
-    from turbokv import models
+    import numpy_llm as models
     try:
         models.ensure_smollm2(download=os.environ.get("TURBOKV_NO_DOWNLOAD") != "1")
     except models.ModelUnavailable as e:

@@ -121,7 +121,7 @@ def render_conversation_prompt(model_key: str, conv: Conversation, users: List[s
                                replies: List[str]) -> str:
     """Prompt text of the request for user turn ``len(users) - 1`` given earlier replies."""
     if model_key == "smollm2":
-        from turbokv.models import format_chatml
+        from numpy_llm import format_chatml
         msgs: List[Dict[str, str]] = [{"role": "system", "content": conv.system}]
         for i, u in enumerate(users):
             msgs.append({"role": "user", "content": u})
@@ -138,7 +138,7 @@ def render_conversation_prompt(model_key: str, conv: Conversation, users: List[s
 
 def render_document_prompt(model_key: str, doc: DocumentQA, question: str) -> str:
     if model_key == "smollm2":
-        from turbokv.models import format_chatml
+        from numpy_llm import format_chatml
         return format_chatml([
             {"role": "system", "content": doc.system},
             {"role": "user", "content": f"Document:\n{doc.document}\n\nQuestion: {question}"},

@@ -43,6 +43,7 @@ import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
 sys.path.insert(0, os.path.join(_REPO, "client", "python"))
+sys.path.insert(0, os.path.join(_REPO, "tools"))  # numpy_llm, the numpy models
 sys.path.insert(0, _HERE)
 
 import scenarios as sc  # noqa: E402
@@ -371,7 +372,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from turbokv import Client, PrefixHasher, TurboKVError
-    from turbokv.models import load_model
+    from numpy_llm import load_model
 
     t0 = time.perf_counter()
     model = load_model(args.model, path=args.model_path)

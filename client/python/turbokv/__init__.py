@@ -3,12 +3,19 @@
     from turbokv import Client, PrefixHasher, StatusCode, TurboKVError
 
 ``Client`` speaks the gRPC API of proto/turbokv/v1/turbokv.proto; ``PrefixHasher`` computes
-block hashes (the cross-language contract in hasher.py). Names are imported lazily so that the
-``turbokv.models`` subpackage works without grpc installed.
+block hashes (the cross-language contract in hasher.py). Names are imported lazily: the hasher,
+the errors and ``turbokv.codec`` work without grpc installed.
 """
 from __future__ import annotations
 
+import pkgutil
+
 __version__ = "0.1.0"
+
+# In a checkout the generated stubs (turbokv/v1) live in the build folder ($BUILD/python,
+# scripts/gen_stubs.py), not in the source tree: when that folder is on sys.path too, this
+# joins its turbokv/ to the package. An installed wheel carries turbokv/v1 itself.
+__path__ = pkgutil.extend_path(__path__, __name__)
 
 _LAZY = {
     "Client": ("turbokv.client", "Client"),

@@ -62,9 +62,9 @@ try:
     from .v1 import turbokv_pb2_grpc as pb_grpc
 except ImportError as _e:  # pragma: no cover - exercised only in broken installs
     raise ImportError(
-        "turbokv's generated gRPC stubs are missing: install the package with "
-        "`pip install ./client/python`, or run `python3 client/python/scripts/gen_stubs.py` "
-        "in a checkout (needs grpcio-tools)") from _e
+        "turbokv's generated gRPC stubs (turbokv.v1) are missing: install the wheel "
+        "(tools/build_wheel.sh), or in a checkout run tools/setup.sh and put build/python on "
+        "sys.path next to client/python") from _e
 
 #: Largest ``data`` of one PutBlocks message (the API's limit).
 MAX_CHUNK_BYTES = 1 << 20

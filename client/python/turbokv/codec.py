@@ -12,10 +12,10 @@ id (same library code), so a fake-quantization experiment through this class mea
 the store would return.
 
 The shared library (``libturbokv_codec_c.so``, CMake target ``turbokv_codec_c``,
-kernels/include/turbokv/codec/c_api.h) is ``$TURBOKV_CODEC_LIB``, else the one under
+kernels/include/turbokv/codec/c_api.h) is ``$TURBOKV_CODEC_LIB``, else the copy bundled in
+the wheel (``turbokv/_lib/``, tools/build_wheel.sh), else the one under
 ``$TURBOKV_BUILD_DIR/lib``, else the newest ``<repo>/build*/lib/libturbokv_codec_c.so`` (or
-``.../bin/``). :class:`CodecUnavailable` is
-raised when none is found. Errors from the library raise :class:`CodecError` with the absl
+``.../bin/``) of a checkout. :class:`CodecUnavailable` is raised when none is found. Errors from the library raise :class:`CodecError` with the absl
 code and message.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import ctypes
 import dataclasses
 import glob
 import os
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -33,7 +33,7 @@ API_VERSION = 1
 _REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
 DTYPES = {"fp16": 1, "bf16": 2, "fp32": 3}
-_NUMPY = {1: np.dtype("<f2"), 2: np.dtype("<u2"), 3: np.dtype("<f4")}
+_NUMPY: Dict[int, "np.dtype[Any]"] = {1: np.dtype("<f2"), 2: np.dtype("<u2"), 3: np.dtype("<f4")}
 DEFAULT_ROTATION_SEED = 0x7475726B6F6B7631
 DEFAULT_QJL_SEED = 0x716A6C7475726B31
 
@@ -107,11 +107,15 @@ class CodecParams:
 
 
 def find_library() -> Optional[str]:
-    """``$TURBOKV_CODEC_LIB``, else ``$TURBOKV_BUILD_DIR/{lib,bin}/``, else the newest
+    """``$TURBOKV_CODEC_LIB``, else the wheel's ``turbokv/_lib/``, else
+    ``$TURBOKV_BUILD_DIR/{lib,bin}/``, else the newest
     ``<repo>/build*/{lib,bin}/libturbokv_codec_c.so``."""
     explicit = os.environ.get("TURBOKV_CODEC_LIB")
     if explicit:
         return explicit if os.path.exists(explicit) else None
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", LIB_NAME)
+    if os.path.exists(bundled):
+        return bundled
     build = os.environ.get("TURBOKV_BUILD_DIR")
     if build:
         for sub in ("lib", "bin"):
@@ -199,7 +203,7 @@ class LocalCodec:
         h = ctypes.c_void_p()
         _check(self._lib, self._lib.tkv_codec_create(ctypes.byref(s), ctypes.byref(params._c()),
                                                      namespace_id, ctypes.byref(h)))
-        self._h = h
+        self._h: Optional[ctypes.c_void_p] = h
         self.raw_bytes = int(self._lib.tkv_codec_raw_bytes(h))
         self.packed_bytes = int(self._lib.tkv_codec_packed_bytes(h))
         self.bits_per_value = float(self._lib.tkv_codec_bits_per_value(h))
@@ -231,18 +235,32 @@ class LocalCodec:
                                                      self.packed_bytes))
         return out.raw
 
-    def decode(self, packed: bytes, out_dtype: str = "fp32", layers: Tuple[int, int] = (0, -1),
-               verify_checksum: bool = False) -> np.ndarray:
-        """Decodes layers [layers[0], layers[1]) (-1 = to the last) to ``out_dtype``."""
+    def decode(self, packed: Any, out_dtype: str = "fp32", layers: Tuple[int, int] = (0, -1),
+               verify_checksum: bool = False, out: Any = None) -> np.ndarray:
+        """Decodes layers [layers[0], layers[1]) (-1 = to the last) to ``out_dtype``.
+
+        ``packed``: bytes or any C-contiguous buffer (e.g. a slot filled by
+        ``Client.get_packed_blocks(..., out=)``). ``out``: caller-owned memory for the result
+        (numpy array, CPU torch tensor or buffer of exactly the decoded size, in
+        ``out_dtype`` or uint8); returns the ``[end-begin][2][block_tokens][H][D]`` view.
+        """
+        from . import buffers
         begin, end = layers
         end_ = self.shape[0] if end < 0 else end
         code = DTYPES[out_dtype]
-        out = np.empty((end_ - begin,) + self.shape[1:], dtype=_NUMPY[code])
-        buf = ctypes.c_char_p(packed) if isinstance(packed, bytes) else packed
-        _check(self._lib, self._lib.tkv_codec_decode(self._h, buf, len(packed), code, begin, end,
-                                                     out.ctypes.data, out.nbytes,
+        shape = (end_ - begin,) + self.shape[1:]
+        npdt = _NUMPY[code]
+        if out is None:
+            dst = np.empty(shape, dtype=npdt)
+        else:
+            nbytes = int(np.prod(shape)) * npdt.itemsize
+            dst = buffers.block_slots(out, 1, nbytes, npdt)[0].view(npdt).reshape(shape)
+        src = packed if isinstance(packed, bytes) else buffers.byte_view(packed, "packed")
+        ptr = ctypes.c_char_p(src) if isinstance(src, bytes) else src.ctypes.data
+        _check(self._lib, self._lib.tkv_codec_decode(self._h, ptr, len(src), code, begin, end,
+                                                     dst.ctypes.data, dst.nbytes,
                                                      int(verify_checksum)))
-        return out
+        return dst
 
     def roundtrip(self, block: np.ndarray, out_dtype: str = "fp32") -> np.ndarray:
         """decode(encode(block)): what the store returns for this block."""

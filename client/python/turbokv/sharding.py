@@ -121,8 +121,11 @@ def resolve(endpoints: Sequence[Endpoint]) -> List[str]:
             nodes.append(format_host_port(ep.host, ep.port))
             continue
         infos = socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)
-        addrs = sorted({ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos},
+        addrs = sorted({ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos},
                        key=lambda a: (a.version, a.packed))
         nodes.extend(format_host_port(str(a), ep.port) for a in addrs)
-    seen = set()
-    return [n for n in nodes if not (n in seen or seen.add(n))]
+    unique: List[str] = []
+    for n in nodes:
+        if n not in unique:
+            unique.append(n)
+    return unique

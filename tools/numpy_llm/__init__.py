@@ -1,8 +1,11 @@
 """Real models for turbokv demos and quality measurements (numpy, float32, CPU only).
 
+Not part of the client package: the demo (tools/demo), the quality harness (bench/quality),
+tools/capture_kv.py and the tests import it as ``numpy_llm`` with ``<repo>/tools`` on sys.path.
 Every model is a :class:`LlamaModel` with one interface::
 
-    from turbokv.models import load_model
+    sys.path.insert(0, "<repo>/tools")
+    from numpy_llm import load_model
     model = load_model("smollm2")            # or "stories260k"
     ids = model.tokenizer.encode("Hello")
     logits, kv = model.prefill(ids)          # logits [T, vocab] f32; kv [L][2][T][H][D] f32
@@ -13,7 +16,7 @@ Every model is a :class:`LlamaModel` with one interface::
 ``model.name`` / ``model.revision`` identify the weights and the K coordinate convention for a
 namespace; ``num_layers``, ``num_kv_heads``, ``head_dim``, ``vocab_size`` give the shape.
 
-This subpackage needs only numpy (plus ``gguf`` and ``tokenizers`` for SmolLM2) and never
+This package needs only numpy (plus ``gguf`` and ``tokenizers`` for SmolLM2) and never
 imports the gRPC client.
 """
 
@@ -30,7 +33,7 @@ from .llama2c import Llama2cTokenizer, load_llama2c
 MODEL_NAMES = ("smollm2", "stories260k")
 
 #: Where stories260K lives in the shared development data (not shipped with the project).
-DEFAULT_STORIES260K = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..",
+DEFAULT_STORIES260K = os.path.join(os.path.dirname(__file__), "..", "..", "..",
                                    "shared", "data", "stories260K", "model.bin")
 
 
