@@ -24,10 +24,15 @@ void BlockIndex::Account(const IndexEntry& e, bool add) {
   }
 }
 
+void BlockIndex::Unqueue(const IndexEntry& e) {
+  if (e.expire_at != 0) expiry_.erase({e.expire_at, std::string_view(e.key)});
+}
+
 void BlockIndex::Upsert(IndexEntry entry) {
   auto it = map_.find(entry.key);
   if (it != map_.end()) {
     entry.lease_until = std::max(entry.lease_until, it->second->lease_until);
+    Unqueue(*it->second);
     Account(*it->second, /*add=*/false);
     lru_.erase(it->second);
     map_.erase(it);
@@ -35,7 +40,24 @@ void BlockIndex::Upsert(IndexEntry entry) {
   lru_.push_back(std::move(entry));
   auto node = std::prev(lru_.end());
   map_.emplace(std::string_view(node->key), node);
+  if (node->expire_at != 0) expiry_.emplace(node->expire_at, std::string_view(node->key));
   Account(*node, /*add=*/true);
+}
+
+void BlockIndex::SetExpiry(IndexEntry* entry, int64_t expire_at) {
+  if (entry->expire_at == expire_at) return;
+  Unqueue(*entry);
+  entry->expire_at = expire_at;
+  if (expire_at != 0) expiry_.emplace(expire_at, std::string_view(entry->key));
+}
+
+std::vector<std::string> BlockIndex::DueForExpiry(int64_t now, size_t max) const {
+  std::vector<std::string> out;
+  for (auto it = expiry_.begin(); it != expiry_.end() && it->first <= now && out.size() < max;
+       ++it) {
+    out.emplace_back(it->second);
+  }
+  return out;
 }
 
 IndexEntry* BlockIndex::Find(std::string_view key) {
@@ -59,13 +81,14 @@ bool BlockIndex::Erase(std::string_view key) {
   if (it == map_.end()) return false;
   auto node = it->second;
   map_.erase(it);
+  Unqueue(*node);
   Account(*node, /*add=*/false);
   lru_.erase(node);
   return true;
 }
 
-std::vector<IndexEntry> BlockIndex::TakeVictims(
-    uint64_t bytes_to_free, int64_t now, const absl::flat_hash_set<std::string_view>& exclude) {
+std::vector<IndexEntry> BlockIndex::TakeVictims(uint64_t bytes_to_free, int64_t now,
+                                                const absl::flat_hash_set<std::string>& exclude) {
   std::vector<IndexEntry> victims;
   uint64_t freed = 0;
   for (auto it = lru_.begin(); it != lru_.end() && freed < bytes_to_free;) {
@@ -76,6 +99,7 @@ std::vector<IndexEntry> BlockIndex::TakeVictims(
     auto next = std::next(it);
     freed += it->charge;
     map_.erase(std::string_view(it->key));
+    Unqueue(*it);
     Account(*it, /*add=*/false);
     victims.push_back(std::move(*it));
     lru_.erase(it);
@@ -89,6 +113,9 @@ void BlockIndex::Restore(std::vector<IndexEntry> victims) {
     if (map_.contains(it->key)) continue;  // re-put meanwhile: the newer entry wins
     lru_.push_front(std::move(*it));
     map_.emplace(std::string_view(lru_.front().key), lru_.begin());
+    if (lru_.front().expire_at != 0) {
+      expiry_.emplace(lru_.front().expire_at, std::string_view(lru_.front().key));
+    }
     Account(lru_.front(), /*add=*/true);
   }
 }

@@ -1,6 +1,7 @@
-// In-memory index of every stored block: existence, size, recency (an exact LRU list), leases
-// and per-namespace accounting. The store rebuilds it on open from its metadata column
-// families, so Lookup and Stats never touch RocksDB.
+// In-memory index of every stored block: existence, size, recency (an exact LRU list), leases,
+// an expiry queue (blocks of namespaces with a TTL, ordered by when they expire) and
+// per-namespace accounting. The store rebuilds it on open from its metadata column families,
+// so Lookup and Stats never touch RocksDB, and expiry never scans the whole index.
 //
 // Not thread-safe: BlockStore guards it with its mutex.
 #ifndef TURBOKV_SERVER_STORAGE_BLOCK_INDEX_H_
@@ -8,6 +9,7 @@
 
 #include <cstdint>
 #include <list>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +26,15 @@ struct IndexEntry {
   uint64_t charge = 0;       // bytes counted against the capacity (value + keys + metadata)
   int64_t last_access = 0;   // unix seconds of the last put or get (TTL; persisted)
   int64_t lease_until = 0;   // unix seconds; the block is not evictable while now < lease_until
+  // Unix seconds at which the block expires: max(last_access + ttl, lease_until) for a
+  // namespace with a TTL, 0 = never. Kept by the store through SetExpiry, which keeps the
+  // expiry queue in order.
+  int64_t expire_at = 0;
+  // The packed block's trailing checksum (xxHash3-64 of its bytes). A value read back for this
+  // key must end in it: that binds the stored bytes to their key. 0 = unknown (metadata
+  // written before the field existed).
+  uint64_t checksum = 0;
+  uint64_t version = 0;  // bumped by the store on every put of the key (detects races)
 };
 
 struct NamespaceUsage {
@@ -48,15 +59,19 @@ class BlockIndex {
   void Touch(IndexEntry* entry);
   // Removes the entry; false when absent.
   bool Erase(std::string_view key);
+  // Sets entry->expire_at (0 = never) and moves it in the expiry queue.
+  void SetExpiry(IndexEntry* entry, int64_t expire_at);
+  // Keys of up to `max` entries with 0 < expire_at <= now, soonest first.
+  std::vector<std::string> DueForExpiry(int64_t now, size_t max) const;
 
   // Removes and returns least recently used entries that are not leased at `now` and whose
   // key is not in `exclude`, until their charges add up to at least `bytes_to_free` or no
   // candidate is left.
   std::vector<IndexEntry> TakeVictims(uint64_t bytes_to_free, int64_t now,
-                                      const absl::flat_hash_set<std::string_view>& exclude);
+                                      const absl::flat_hash_set<std::string>& exclude);
   // Puts entries taken by TakeVictims back at the least recently used end, in their order.
   void Restore(std::vector<IndexEntry> victims);
-  // Charges of the entries TakeVictims could remove at `now`, ignoring exclusions.
+  // Charges of the entries TakeVictims could remove at `now`, ignoring exclusions. O(blocks).
   uint64_t EvictableBytes(int64_t now) const;
 
   // Entries of a namespace (copies), any order.
@@ -78,10 +93,12 @@ class BlockIndex {
 
  private:
   void Account(const IndexEntry& e, bool add);
+  void Unqueue(const IndexEntry& e);  // removes e from expiry_ when queued
 
   std::list<IndexEntry> lru_;  // front = least recently used
   absl::flat_hash_map<std::string_view, std::list<IndexEntry>::iterator>
       map_;  // views of lru_ keys
+  std::set<std::pair<int64_t, std::string_view>> expiry_;  // (expire_at, view of lru_ key)
   absl::flat_hash_map<uint64_t, NamespaceUsage> usage_;
   uint64_t used_bytes_ = 0;
   uint64_t value_bytes_ = 0;

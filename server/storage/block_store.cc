@@ -67,11 +67,19 @@ uint64_t ChargeFor(size_t key_bytes, size_t value_bytes) {
   return value_bytes + 3 * key_bytes + 24;
 }
 
-std::string EncodeMeta(uint64_t value_bytes, int64_t put_time) {
+// block_meta value: fixed64 LE value bytes | fixed64 LE put time | fixed64 LE checksum (the
+// value's trailing 8 bytes; absent in metadata written before it existed).
+std::string EncodeMeta(uint64_t value_bytes, int64_t put_time, uint64_t checksum) {
   std::string v;
   PutFixed64LE(&v, value_bytes);
   PutFixed64LE(&v, static_cast<uint64_t>(put_time));
+  PutFixed64LE(&v, checksum);
   return v;
+}
+
+// The trailing 8 bytes of a packed block (its xxHash3-64 checksum, FORMAT.md), 0 when shorter.
+uint64_t TrailerOf(std::string_view value) {
+  return value.size() < 8 ? 0 : GetFixed64LE(value.data() + value.size() - 8);
 }
 
 std::string EncodeAccess(int64_t last_access) {
@@ -199,7 +207,7 @@ absl::Status BlockStore::Recover() {
     for (meta->SeekToFirst(); meta->Valid(); meta->Next()) {
       rocksdb::Slice key = meta->key();
       rocksdb::Slice value = meta->value();
-      if (key.size() < 8 + kMinBlockHashBytes || value.size() != 16) {
+      if (key.size() < 8 + kMinBlockHashBytes || (value.size() != 16 && value.size() != 24)) {
         orphans.push_back(key.ToString());
         continue;
       }
@@ -209,6 +217,7 @@ absl::Status BlockStore::Recover() {
       e.value_bytes = GetFixed64LE(value.data());
       e.last_access = static_cast<int64_t>(GetFixed64LE(value.data() + 8));
       e.charge = ChargeFor(e.key.size(), e.value_bytes);
+      if (value.size() == 24) e.checksum = GetFixed64LE(value.data() + 16);
       while (access->Valid() && access->key().compare(key) < 0) access->Next();
       if (access->Valid() && access->key() == key && access->value().size() == 8) {
         e.last_access = std::max<int64_t>(
@@ -226,11 +235,12 @@ absl::Status BlockStore::Recover() {
   std::stable_sort(entries.begin(), entries.end(), [](const IndexEntry& a, const IndexEntry& b) {
     return a.last_access < b.last_access;
   });
-  for (IndexEntry& e : entries) index_.Upsert(std::move(e));
-  if (!orphans.empty()) {
-    std::lock_guard<std::mutex> wl(write_mu_);
-    TURBOKV_RETURN_IF_ERROR(DeleteKeys(orphans).status());
+  for (IndexEntry& e : entries) {
+    e.version = ++next_version_;
+    e.expire_at = ExpiryOf(e);
+    index_.Upsert(std::move(e));
   }
+  if (!orphans.empty()) TURBOKV_RETURN_IF_ERROR(DeleteKeys(std::move(orphans)).status());
   return absl::OkStatus();
 }
 
@@ -242,10 +252,7 @@ BlockStore::~BlockStore() {
   stop_cv_.notify_all();
   if (maintenance_.joinable()) maintenance_.join();
   if (db_ == nullptr) return;
-  {
-    std::lock_guard<std::mutex> wl(write_mu_);
-    (void)FlushAccessTimes();
-  }
+  (void)FlushAccessTimes();
   rocksdb::FlushOptions flush;
   flush.wait = true;
   (void)db_->Flush(flush, {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_});
@@ -265,20 +272,49 @@ absl::Status BlockStore::Write(rocksdb::WriteBatch* batch, bool durable) {
 }
 
 bool BlockStore::Expired(const IndexEntry& e, int64_t now) const {
+  return e.expire_at != 0 && now >= e.expire_at;
+}
+
+int64_t BlockStore::ExpiryOf(const IndexEntry& e) const {
   auto it = namespaces_.find(e.namespace_id);
-  if (it == namespaces_.end() || it->second.ttl_seconds == 0) return false;
-  if (e.lease_until > now) return false;
-  return now - e.last_access >= static_cast<int64_t>(it->second.ttl_seconds);
+  if (it == namespaces_.end() || it->second.ttl_seconds == 0) return 0;
+  return std::max<int64_t>(e.last_access + it->second.ttl_seconds, e.lease_until);
+}
+
+void BlockStore::AcquireKeys(std::unique_lock<std::mutex>& l,
+                             const std::vector<std::string_view>& keys) {
+  auto any_busy = [&] {
+    for (std::string_view k : keys) {
+      if (busy_.contains(absl::string_view(k.data(), k.size()))) return true;
+    }
+    return false;
+  };
+  busy_cv_.wait(l, [&] { return !any_busy(); });
+  for (std::string_view k : keys) busy_.emplace(k);
+}
+
+void BlockStore::ReleaseKeys(const std::vector<std::string_view>& keys) {
+  for (std::string_view k : keys) busy_.erase(absl::string_view(k.data(), k.size()));
+  busy_cv_.notify_all();
 }
 
 absl::Status BlockStore::PutNamespace(const NamespaceRecord& record) {
-  std::lock_guard<std::mutex> wl(write_mu_);
+  std::lock_guard<std::mutex> wl(namespace_mu_);
   rocksdb::WriteBatch batch;
   TURBOKV_RETURN_IF_ERROR(FromRocksDb(
       batch.Put(cf_namespaces_, NamespaceKey(record.id), EncodeRecord(record)), "batch put"));
   TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
   std::lock_guard<std::mutex> l(mu_);
+  auto old = namespaces_.find(record.id);
+  const bool ttl_changed = old != namespaces_.end() && old->second.ttl_seconds != record.ttl_seconds;
   namespaces_[record.id] = record;
+  if (ttl_changed) {
+    // Rare (a re-registration with another ttl_seconds): requeue the namespace's blocks.
+    for (const IndexEntry& copy : index_.EntriesOf(record.id)) {
+      IndexEntry* e = index_.Find(copy.key);
+      if (e != nullptr) index_.SetExpiry(e, ExpiryOf(*e));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -301,7 +337,7 @@ std::vector<NamespaceRecord> BlockStore::ListNamespaces() const {
 }
 
 absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
-  std::lock_guard<std::mutex> wl(write_mu_);
+  std::lock_guard<std::mutex> wl(namespace_mu_);
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!namespaces_.contains(id)) {
@@ -339,24 +375,28 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (results[i].ok()) batch_keys.insert(keys[i]);
   }
+  std::vector<std::string_view> locked(batch_keys.begin(), batch_keys.end());
 
-  std::lock_guard<std::mutex> wl(write_mu_);
+  // 1. Under the index lock: claim the keys (a concurrent writer of one of them waits, so the
+  //    index sees the writes of a key in the order RocksDB commits them), reserve capacity and
+  //    take victims (claimed too, so nobody re-puts one while its deletion is in flight).
+  std::unique_lock<std::mutex> l(mu_);
+  if (!namespaces_.contains(namespace_id)) {
+    absl::Status nf = absl::NotFoundError(absl::StrCat(
+        "namespace ", absl::Hex(namespace_id, absl::kZeroPad16), " is not registered"));
+    std::fill(results.begin(), results.end(), nf);
+    return results;
+  }
+  AcquireKeys(l, locked);
   const int64_t now = clock_->NowSeconds();
   std::vector<size_t> accepted;
   std::vector<IndexEntry> victims;
+  uint64_t reserved = 0;  // net growth reserved for this call
   {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!namespaces_.contains(namespace_id)) {
-      absl::Status nf = absl::NotFoundError(absl::StrCat(
-          "namespace ", absl::Hex(namespace_id, absl::kZeroPad16), " is not registered"));
-      std::fill(results.begin(), results.end(), nf);
-      return results;
-    }
     const uint64_t capacity = options_.capacity_bytes;
     const auto high =
         static_cast<uint64_t>(static_cast<double>(capacity) * options_.high_watermark);
     const auto low = static_cast<uint64_t>(static_cast<double>(capacity) * options_.low_watermark);
-    uint64_t pending = 0;  // net growth from blocks accepted so far in this batch
     absl::flat_hash_map<std::string_view, uint64_t> accepted_charge;
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (!results[i].ok()) continue;
@@ -367,36 +407,45 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       } else if (const IndexEntry* old = index_.Find(keys[i]); old != nullptr) {
         credit = old->charge;
       }
-      auto projected = [&] { return index_.used_bytes() + pending - credit + charge; };
+      auto projected = [&] { return index_.used_bytes() + reserved_bytes_ - credit + charge; };
       std::vector<IndexEntry> taken;
       if (projected() > high) {
         const uint64_t target = std::min(low, high);
         const uint64_t need = projected() > target ? projected() - target : 0;
-        taken = index_.TakeVictims(need, now, batch_keys);
+        taken = index_.TakeVictims(need, now, busy_);
       }
       if (projected() > capacity) {
         // Does not fit even with everything evictable gone: evict nothing for it.
         index_.Restore(std::move(taken));
-        const uint64_t used = index_.used_bytes() + pending;
+        const uint64_t used = index_.used_bytes() + reserved_bytes_;
         results[i] = absl::ResourceExhaustedError(absl::StrCat(
             "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ", capacity,
-            " capacity bytes are in use and ", used - index_.EvictableBytes(now),
-            " of them are leased or written by this request (not evictable)"));
+            " capacity bytes are in use or reserved by writes in flight, and none of them is "
+            "evictable (leased, or written by a request in flight)"));
         continue;
       }
       for (IndexEntry& v : taken) {
-        evicted_blocks_ += 1;
-        evicted_bytes_ += v.charge;
+        busy_.emplace(v.key);
         dirty_access_.erase(v.key);
         victims.push_back(std::move(v));
       }
-      pending = pending + charge - credit;
+      const uint64_t growth = charge - credit;  // may wrap: unsigned modular sums stay exact
+      reserved += growth;
+      reserved_bytes_ += growth;
       accepted_charge[keys[i]] = charge;
       accepted.push_back(i);
     }
   }
-  if (accepted.empty() && victims.empty()) return results;
+  std::vector<std::string_view> victim_keys;
+  for (const IndexEntry& v : victims) victim_keys.push_back(v.key);
+  if (accepted.empty() && victims.empty()) {
+    ReleaseKeys(locked);
+    return results;
+  }
+  l.unlock();
 
+  // 2. No turbokv lock held: concurrent PutBlocks calls reach RocksDB together and its write
+  //    group commit batches them into one WAL write.
   rocksdb::WriteBatch batch;
   absl::Status s;
   for (const IndexEntry& v : victims) {
@@ -407,37 +456,52 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   for (size_t i : accepted) {
     if (!s.ok()) break;
     s = FromRocksDb(batch.Put(cf_blocks_, keys[i], blocks[i].value), "batch put");
-    if (s.ok())
-      s = FromRocksDb(batch.Put(cf_meta_, keys[i], EncodeMeta(blocks[i].value.size(), now)),
-                      "batch put");
+    if (s.ok()) {
+      s = FromRocksDb(
+          batch.Put(cf_meta_, keys[i],
+                    EncodeMeta(blocks[i].value.size(), now, TrailerOf(blocks[i].value))),
+          "batch put");
+    }
     if (s.ok()) s = FromRocksDb(batch.Put(cf_access_, keys[i], EncodeAccess(now)), "batch put");
   }
   if (s.ok()) s = Write(&batch, /*durable=*/true);
 
-  std::lock_guard<std::mutex> l(mu_);
+  // 3. Under the index lock again: publish (or roll back), release the claims.
+  l.lock();
+  reserved_bytes_ -= reserved;
   if (!s.ok()) {
-    for (const IndexEntry& v : victims) {
-      evicted_blocks_ -= 1;
-      evicted_bytes_ -= v.charge;
-    }
     index_.Restore(std::move(victims));
     for (size_t i : accepted) results[i] = s;
-    return results;
+  } else {
+    for (const IndexEntry& v : victims) {
+      evicted_blocks_ += 1;
+      evicted_bytes_ += v.charge;
+    }
+    // Blocks of a request usually form a prefix chain in request order. Entering them tail
+    // first leaves the chain's head the most recently used, so eviction takes chain tails
+    // before the blocks every later block depends on (a lost head makes the chain unreachable).
+    // A hash put twice in one call: RocksDB keeps the later value, and so does the index.
+    absl::flat_hash_set<std::string_view> published;
+    for (auto it = accepted.rbegin(); it != accepted.rend(); ++it) {
+      const size_t i = *it;
+      if (!published.insert(keys[i]).second) continue;
+      IndexEntry e;
+      e.key = keys[i];
+      e.namespace_id = namespace_id;
+      e.value_bytes = blocks[i].value.size();
+      e.charge = ChargeFor(keys[i].size(), blocks[i].value.size());
+      e.last_access = now;
+      e.checksum = TrailerOf(blocks[i].value);
+      e.version = ++next_version_;
+      dirty_access_.erase(e.key);
+      e.expire_at = 0;
+      index_.Upsert(std::move(e));
+      IndexEntry* in = index_.Find(keys[i]);
+      index_.SetExpiry(in, ExpiryOf(*in));
+    }
   }
-  // Blocks of a request usually form a prefix chain in request order. Entering them tail first
-  // leaves the chain's head the most recently used, so eviction takes chain tails before the
-  // blocks every later block depends on (a lost head makes the whole chain unreachable).
-  for (auto it = accepted.rbegin(); it != accepted.rend(); ++it) {
-    const size_t i = *it;
-    IndexEntry e;
-    e.key = keys[i];
-    e.namespace_id = namespace_id;
-    e.value_bytes = blocks[i].value.size();
-    e.charge = ChargeFor(keys[i].size(), blocks[i].value.size());
-    e.last_access = now;
-    dirty_access_.erase(e.key);
-    index_.Upsert(std::move(e));
-  }
+  ReleaseKeys(locked);
+  ReleaseKeys(victim_keys);
   return results;
 }
 
@@ -446,8 +510,10 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
   std::vector<std::optional<std::string>> out(hashes.size());
   std::vector<std::string> keys(hashes.size());
   std::vector<size_t> to_read;
+  std::vector<uint64_t> checksums;  // per to_read: the checksum the index expects
   std::vector<std::string> expired;
   const int64_t now = clock_->NowSeconds();
+  bool all_bound = true;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!namespaces_.contains(namespace_id)) {
@@ -464,6 +530,8 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
         continue;
       }
       to_read.push_back(i);
+      checksums.push_back(e->checksum);
+      all_bound &= e->checksum != 0;
     }
   }
   std::vector<std::string> corrupt;
@@ -473,8 +541,14 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
     for (size_t i : to_read) slices.emplace_back(keys[i]);
     std::vector<rocksdb::PinnableSlice> values(to_read.size());
     std::vector<rocksdb::Status> statuses(to_read.size());
-    db_->MultiGet(rocksdb::ReadOptions(), cf_blocks_, slices.size(), slices.data(), values.data(),
-                  statuses.data());
+    rocksdb::ReadOptions ro;
+    // RocksDB's own read checksums (the blob record's CRC32C over key and value, the SST
+    // block CRCs) duplicate turbokv's check once the index knows each block's checksum: the
+    // value's xxHash3-64 trailer must verify AND equal the checksum recorded for this key at
+    // put time, which binds the bytes to their key as RocksDB's check did. Blocks whose
+    // metadata predates the recorded checksum keep RocksDB's check.
+    ro.verify_checksums = !all_bound;
+    db_->MultiGet(ro, cf_blocks_, slices.size(), slices.data(), values.data(), statuses.data());
     for (size_t j = 0; j < to_read.size(); ++j) {
       const size_t i = to_read[j];
       // Deleted between the index check and the read: the deleter updates the index.
@@ -484,13 +558,31 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
         continue;
       }
       TURBOKV_RETURN_IF_ERROR(FromRocksDb(statuses[j], "multiget blocks"));
-      absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(values[j].data()),
-                                      values[j].size());
+      const std::string_view value(values[j].data(), values[j].size());
+      absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(value.data()),
+                                      value.size());
       if (!verifier_(bytes).ok()) {
         corrupt.push_back(keys[i]);
         continue;
       }
-      out[i] = values[j].ToString();
+      if (checksums[j] != 0 && TrailerOf(value) != checksums[j]) {
+        // Either a put of this key landed between the index check and the read (then the
+        // index has the new checksum), or RocksDB returned another key's value.
+        std::lock_guard<std::mutex> l(mu_);
+        const IndexEntry* e = index_.Find(keys[i]);
+        if (e == nullptr || e->checksum != TrailerOf(value)) {
+          corrupt.push_back(keys[i]);
+          continue;
+        }
+      }
+      // A value read from a blob file lives in the PinnableSlice's own string: move it out
+      // instead of copying it.
+      std::string* self = values[j].GetSelf();
+      if (!values[j].IsPinned() && self->data() == value.data() && self->size() == value.size()) {
+        out[i] = std::move(*self);
+      } else {
+        out[i] = std::string(value);
+      }
     }
   }
   {
@@ -503,26 +595,18 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
       if (e == nullptr) continue;
       e->last_access = now;
       e->lease_until = 0;
+      index_.SetExpiry(e, ExpiryOf(*e));
       index_.Touch(e);
       dirty_access_.insert(keys[i]);
     }
     checksum_failures_ += corrupt.size();
   }
-  if (!corrupt.empty() || !expired.empty()) {
-    std::lock_guard<std::mutex> wl(write_mu_);
-    std::vector<std::string> doomed = std::move(corrupt);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (std::string& k : expired) {
-        const IndexEntry* e = index_.Find(k);
-        if (e != nullptr && Expired(*e, now)) {
-          doomed.push_back(std::move(k));
-          expired_blocks_ += 1;
-        }
-      }
-    }
-    TURBOKV_RETURN_IF_ERROR(DeleteKeys(doomed).status());
+  if (!expired.empty()) {
+    TURBOKV_ASSIGN_OR_RETURN(uint64_t n, DeleteKeys(expired, /*only_expired_at=*/now));
+    std::lock_guard<std::mutex> l(mu_);
+    expired_blocks_ += n;
   }
+  if (!corrupt.empty()) TURBOKV_RETURN_IF_ERROR(DeleteKeys(corrupt).status());
   return out;
 }
 
@@ -530,31 +614,47 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
                                           absl::Span<const std::string_view> hashes,
                                           uint32_t lease_seconds) {
   const int64_t now = clock_->NowSeconds();
-  std::lock_guard<std::mutex> l(mu_);
-  if (!namespaces_.contains(namespace_id)) {
-    return absl::NotFoundError(absl::StrCat("namespace ", absl::Hex(namespace_id, absl::kZeroPad16),
-                                            " is not registered"));
-  }
-  std::vector<IndexEntry*> chain;
+  // The chain is walked in slices, the index lock released between them, so one long chain
+  // never holds up other calls for long.
+  constexpr size_t kSlice = 256;
   std::string key;
-  for (std::string_view hash : hashes) {
-    if (!ValidateBlockHash(hash).ok()) break;
-    key = BlockKey(namespace_id, hash);
-    IndexEntry* e = index_.Find(key);
-    if (e == nullptr || Expired(*e, now)) break;
-    if (lease_seconds > 0) {
-      e->lease_until = std::max<int64_t>(e->lease_until, now + lease_seconds);
+  size_t matched = 0;
+  std::vector<IndexEntry*> chain;
+  for (size_t begin = 0; begin < hashes.size() || begin == 0; begin += kSlice) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (begin == 0 && !namespaces_.contains(namespace_id)) {
+      return absl::NotFoundError(absl::StrCat(
+          "namespace ", absl::Hex(namespace_id, absl::kZeroPad16), " is not registered"));
     }
-    chain.push_back(e);
+    chain.clear();
+    bool stop = false;
+    for (size_t i = begin; i < std::min(hashes.size(), begin + kSlice); ++i) {
+      if (!ValidateBlockHash(hashes[i]).ok()) {
+        stop = true;
+        break;
+      }
+      key = BlockKey(namespace_id, hashes[i]);
+      IndexEntry* e = index_.Find(key);
+      if (e == nullptr || Expired(*e, now)) {
+        stop = true;
+        break;
+      }
+      if (lease_seconds > 0) {
+        e->lease_until = std::max<int64_t>(e->lease_until, now + lease_seconds);
+        if (e->expire_at != 0) index_.SetExpiry(e, ExpiryOf(*e));
+      }
+      chain.push_back(e);
+    }
+    // Tail first, so the chain's head is the most recently used (see PutBlocks).
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) index_.Touch(*it);
+    matched += chain.size();
+    if (stop || hashes.empty()) break;
   }
-  // Tail first, so the chain's head is the most recently used (see PutBlocks).
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) index_.Touch(*it);
-  return chain.size();
+  return matched;
 }
 
 absl::StatusOr<uint64_t> BlockStore::DeleteBlocks(uint64_t namespace_id,
                                                   absl::Span<const std::string_view> hashes) {
-  std::lock_guard<std::mutex> wl(write_mu_);
   std::vector<std::string> keys;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -571,21 +671,45 @@ absl::StatusOr<uint64_t> BlockStore::DeleteBlocks(uint64_t namespace_id,
   return DeleteKeys(keys);
 }
 
-absl::StatusOr<uint64_t> BlockStore::DeleteKeys(const std::vector<std::string>& keys) {
+absl::StatusOr<uint64_t> BlockStore::DeleteKeys(std::vector<std::string> keys,
+                                                int64_t only_expired_at) {
   if (keys.empty()) return 0;
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::vector<std::string_view> locked(keys.begin(), keys.end());
+  std::unique_lock<std::mutex> l(mu_);
+  AcquireKeys(l, locked);
+  // Re-check under the claim: an expiry candidate may have been refreshed or re-put meanwhile.
+  if (only_expired_at != 0) {
+    std::vector<std::string_view> keep;
+    for (std::string_view k : locked) {
+      const IndexEntry* e = index_.Find(k);
+      if (e != nullptr && Expired(*e, only_expired_at)) keep.push_back(k);
+    }
+    ReleaseKeys(locked);
+    for (std::string_view k : keep) busy_.emplace(k);
+    locked = std::move(keep);
+    if (locked.empty()) return 0;
+  }
+  l.unlock();
   rocksdb::WriteBatch batch;
-  for (const std::string& k : keys) {
+  absl::Status s;
+  for (std::string_view k : locked) {
     for (rocksdb::ColumnFamilyHandle* cf : {cf_blocks_, cf_meta_, cf_access_}) {
-      TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Delete(cf, k), "batch delete"));
+      if (s.ok()) s = FromRocksDb(batch.Delete(cf, k), "batch delete");
     }
   }
-  TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
-  std::lock_guard<std::mutex> l(mu_);
+  if (s.ok()) s = Write(&batch, /*durable=*/true);
+  l.lock();
   uint64_t erased = 0;
-  for (const std::string& k : keys) {
-    if (index_.Erase(k)) ++erased;
-    dirty_access_.erase(k);
+  if (s.ok()) {
+    for (std::string_view k : locked) {
+      if (index_.Erase(k)) ++erased;
+      dirty_access_.erase(std::string(k));
+    }
   }
+  ReleaseKeys(locked);
+  if (!s.ok()) return s;
   return erased;
 }
 
@@ -606,24 +730,24 @@ absl::Status BlockStore::FlushAccessTimes() {
 }
 
 absl::Status BlockStore::RunMaintenance() {
-  std::lock_guard<std::mutex> wl(write_mu_);
   const int64_t now = clock_->NowSeconds();
-  std::vector<std::string> expired;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    bool any_ttl = false;
-    for (const auto& [id, r] : namespaces_) any_ttl |= r.ttl_seconds > 0;
-    if (any_ttl) {
-      for (const IndexEntry& e :
-           index_.Select([&](const IndexEntry& e) { return Expired(e, now); })) {
-        expired.push_back(e.key);
-      }
+  // The expiry queue hands out what is due, a slice at a time: no scan of the index, and the
+  // index lock is held only to take a slice.
+  constexpr size_t kSlice = 1024;
+  for (;;) {
+    std::vector<std::string> due;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      due = index_.DueForExpiry(now, kSlice);
     }
-  }
-  TURBOKV_ASSIGN_OR_RETURN(uint64_t n, DeleteKeys(expired));
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    expired_blocks_ += n;
+    if (due.empty()) break;
+    const size_t taken = due.size();
+    TURBOKV_ASSIGN_OR_RETURN(uint64_t n, DeleteKeys(std::move(due), /*only_expired_at=*/now));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      expired_blocks_ += n;
+    }
+    if (taken < kSlice) break;
   }
   return FlushAccessTimes();
 }

@@ -3,8 +3,10 @@
 // Column families:
 //   blocks      key = 8-byte big-endian namespace id || block hash (8..32 bytes)
 //               value = packed block (BlobDB: values >= min_blob_size live in blob files)
-//   block_meta  same key -> fixed64 LE value bytes, fixed64 LE put time (unix seconds);
-//               written in the same WriteBatch as the value, so the two never disagree.
+//   block_meta  same key -> fixed64 LE value bytes, fixed64 LE put time (unix seconds),
+//               fixed64 LE checksum (the packed block's xxHash3-64 trailer; older metadata
+//               has 16 bytes and no checksum); written in the same WriteBatch as the value,
+//               so the two never disagree.
 //   access      same key -> fixed64 LE last access (unix seconds). Written in batches by the
 //               maintenance pass with the WAL off: an access time lost in a crash only makes
 //               eviction slightly less accurate. Entries without block_meta are ignored.
@@ -21,8 +23,17 @@
 // GetBlocks and PutBlocks count as uses) that are not leased, down to low_watermark; a block
 // that does not fit even after evicting everything evictable fails with ResourceExhausted.
 //
-// Thread safety: all methods are thread-safe. Mutations (put, delete, drop, expiry, eviction)
-// are serialized by one writer mutex; reads run concurrently with them.
+// Integrity: every value read is checked twice by turbokv itself: its xxHash3-64 trailer must
+// verify (the verifier), and it must equal the checksum recorded for its key at put time
+// (binds the bytes to the key). RocksDB's read-side checksums, which duplicated this, are off
+// for such blocks (docs/server.md, "Integrity").
+//
+// Thread safety: all methods are thread-safe. One mutex guards the in-memory index; it is
+// never held across RocksDB I/O. A write claims its keys under the index lock (a second writer
+// of the same key waits, so the index sees a key's writes in RocksDB's commit order), reserves
+// capacity and picks victims, then writes with no turbokv lock held, so RocksDB's group commit
+// batches concurrent writers. Lookup and Stats touch only the index; expiry takes due blocks
+// from a queue in slices, never scanning the index.
 #ifndef TURBOKV_SERVER_STORAGE_BLOCK_STORE_H_
 #define TURBOKV_SERVER_STORAGE_BLOCK_STORE_H_
 
@@ -161,9 +172,15 @@ class BlockStore {
   absl::Status Recover();
   absl::Status Write(rocksdb::WriteBatch* batch, bool durable);
   bool Expired(const IndexEntry& e, int64_t now) const;  // requires mu_
-  // Deletes blocks by key (one write). Requires write_mu_.
-  absl::StatusOr<uint64_t> DeleteKeys(const std::vector<std::string>& keys);
-  absl::Status FlushAccessTimes();  // requires write_mu_
+  int64_t ExpiryOf(const IndexEntry& e) const;            // requires mu_; 0 = never
+  // Claims keys for a write: waits on busy_cv_ while any is claimed by another writer, then
+  // marks them all. Requires mu_ (held by `l`). ReleaseKeys requires mu_.
+  void AcquireKeys(std::unique_lock<std::mutex>& l, const std::vector<std::string_view>& keys);
+  void ReleaseKeys(const std::vector<std::string_view>& keys);
+  // Deletes blocks by key (one write, claiming the keys). only_expired_at != 0: only those
+  // still expired at that time when claimed. Returns how many index entries went.
+  absl::StatusOr<uint64_t> DeleteKeys(std::vector<std::string> keys, int64_t only_expired_at = 0);
+  absl::Status FlushAccessTimes();
   void MaintenanceLoop();
 
   const StorageOptions options_;
@@ -177,8 +194,12 @@ class BlockStore {
   rocksdb::ColumnFamilyHandle* cf_access_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_namespaces_ = nullptr;
 
-  std::mutex write_mu_;    // serializes mutations; taken before mu_
-  mutable std::mutex mu_;  // guards everything below
+  std::mutex namespace_mu_;  // serializes PutNamespace / DropNamespace; taken before mu_
+  mutable std::mutex mu_;    // guards everything below; never held across RocksDB I/O
+  std::condition_variable busy_cv_;
+  absl::flat_hash_set<std::string> busy_;  // keys claimed by writes in flight
+  uint64_t reserved_bytes_ = 0;            // capacity reserved by writes in flight
+  uint64_t next_version_ = 0;
   BlockIndex index_;
   absl::flat_hash_map<uint64_t, NamespaceRecord> namespaces_;
   absl::flat_hash_set<std::string> dirty_access_;  // keys whose last_access changed

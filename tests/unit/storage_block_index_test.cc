@@ -44,7 +44,7 @@ TEST(BlockIndexTest, VictimsAreLeastRecentlyUsedAndSkipLeasesAndExclusions) {
   EXPECT_EQ(index.EvictableBytes(10), 400u);
   EXPECT_EQ(index.EvictableBytes(50), 500u);
 
-  absl::flat_hash_set<std::string_view> exclude = {"c"};
+  absl::flat_hash_set<std::string> exclude = {"c"};
   std::vector<IndexEntry> v = index.TakeVictims(150, /*now=*/10, exclude);
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[0].key, "d");
