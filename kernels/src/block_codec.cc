@@ -150,23 +150,36 @@ absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_
                                                    "][2][", shape_.block_tokens, "][",
                                                    shape_.num_kv_heads, "][", shape_.head_dim, "])"));
   }
+  TURBOKV_RETURN_IF_ERROR(EncodeSections(raw, 0, packed, isa));
+  SealPacked(packed);
+  return absl::OkStatus();
+}
+
+absl::Status BlockCodec::EncodeSections(absl::Span<const uint8_t> raw_sections, size_t first,
+                                        absl::Span<uint8_t> packed, CpuIsa isa) const {
   if (packed.size() != packed_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("packed buffer is ", packed.size(),
                                                    " bytes; expected ", packed_bytes_));
   }
+  const size_t section_raw = section_raw_bytes();
+  if (raw_sections.size() % section_raw != 0 ||
+      first + raw_sections.size() / section_raw > plans_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        raw_sections.size(), " raw bytes from section ", first, " are not whole sections of ",
+        section_raw, " bytes within the block's ", plans_.size(), " sections"));
+  }
   TURBOKV_RETURN_IF_ERROR(CheckIsa(isa));
   const bool use_avx2 = isa != CpuIsa::kScalar && internal::Avx2Available();
   const bool use_avx512 = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512) && internal::Avx512Available();
-  std::memcpy(packed.data(), header_.data(), header_.size());
   const size_t vectors = shape_.vectors_per_section();
-  const size_t section_raw = vectors * shape_.head_dim * DTypeSize(shape_.dtype);
-  for (size_t s = 0; s < plans_.size(); ++s) {
+  const size_t count = raw_sections.size() / section_raw;
+  for (size_t s = first; s < first + count; ++s) {
     const SectionPlan& plan = plans_[s];
     const internal::GroupParams params = ParamsFor(plan, spec_.norm_correction);
     SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype,
                    plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data(),
                    plan.codebook};
-    const uint8_t* src = raw.data() + s * section_raw;
+    const uint8_t* src = raw_sections.data() + (s - first) * section_raw;
     uint8_t* dst = packed.data() + plan.offset;
     EncodeError err;
     if (!(use_avx2 && internal::EncodeSectionAvx2(job, src, dst, &err, use_avx512))) {
@@ -187,9 +200,25 @@ absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_
           ": its scale does not fit fp16 (max 65504)"));
     }
   }
+  return absl::OkStatus();
+}
+
+void BlockCodec::SealPacked(absl::Span<uint8_t> packed) const {
+  std::memcpy(packed.data(), header_.data(), header_.size());
   const uint64_t sum = internal::Checksum(packed.first(packed.size() - internal::kChecksumBytes));
   std::memcpy(packed.data() + packed.size() - internal::kChecksumBytes, &sum, 8);
-  return absl::OkStatus();
+}
+
+size_t BlockCodec::SetupBytes(const BlockShape& shape, const std::vector<LayerCodec>& layers) {
+  size_t bytes = layers.size() * 2 * sizeof(SectionPlan);
+  for (const LayerCodec& l : layers) {
+    for (const SectionCodec* c : {&l.key, &l.value}) {
+      if (!c->quantized()) continue;
+      bytes += static_cast<size_t>(shape.head_dim) * 8 * sizeof(uint32_t);  // lane sign masks
+      if (c->qjl) bytes += static_cast<size_t>(c->group_size) * c->group_size * sizeof(float);
+    }
+  }
+  return bytes;
 }
 
 absl::Status BlockCodec::Decode(absl::Span<const uint8_t> packed, DType out_dtype, LayerRange range,

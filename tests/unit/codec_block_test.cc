@@ -327,6 +327,36 @@ TEST(BlockCodecTest, EncodeIsDeterministicAndBatchMatchesSingle) {
   for (size_t i = 0; i < raws.size(); ++i) EXPECT_EQ(outs[i], EncodeOk(c, raws[i]));
 }
 
+TEST(BlockCodecTest, SectionsEncodedOutOfOrderAndSealedGiveEncodesBytes) {
+  const BlockShape shape{3, 16, 2, 64, DType::kFloat16};
+  for (const char* preset : {"k4v4-g32", "k3v2-g32-qjl", "raw"}) {
+    SCOPED_TRACE(preset);
+    const BlockCodec c = MakeCodec(shape, Preset(preset, 64), 0x1234);
+    const std::vector<uint8_t> raw = RandomBlock(shape, 9);
+    const size_t section = c.section_raw_bytes();
+    ASSERT_EQ(section * c.num_sections(), raw.size());
+    std::vector<uint8_t> packed(c.packed_bytes(), 0xee);
+    // Sections 4..5 first, then 0..3 (as chunks that arrive in pieces would).
+    ASSERT_TRUE(c.EncodeSections(absl::MakeConstSpan(raw).subspan(4 * section, 2 * section), 4,
+                                 absl::MakeSpan(packed))
+                    .ok());
+    ASSERT_TRUE(
+        c.EncodeSections(absl::MakeConstSpan(raw).first(4 * section), 0, absl::MakeSpan(packed))
+            .ok());
+    c.SealPacked(absl::MakeSpan(packed));
+    EXPECT_EQ(packed, EncodeOk(c, raw));
+    // Not whole sections, or past the end: InvalidArgument.
+    EXPECT_EQ(c.EncodeSections(absl::MakeConstSpan(raw).first(section - 1), 0,
+                               absl::MakeSpan(packed))
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.EncodeSections(absl::MakeConstSpan(raw).first(2 * section), 5,
+                               absl::MakeSpan(packed))
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(BlockCodecTest, DecodeRejectsBlocksOfAnotherCodec) {
   const BlockShape shape{2, 16, 2, 64, DType::kFloat16};
   const BlockCodec a = MakeCodec(shape, Preset("k4v4-g32", 64), 1);

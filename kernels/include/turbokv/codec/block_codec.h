@@ -103,6 +103,28 @@ class BlockCodec {
   // `packed` has the wrong size.
   [[nodiscard]] absl::Status ValidatePackedValues(absl::Span<const uint8_t> packed) const;
 
+  // Streaming encode, for a block whose raw bytes arrive in pieces (or to spread one block over
+  // threads). Section s = layer s / 2, K (s even) or V (s odd); each is section_raw_bytes()
+  // contiguous raw bytes, in order, in the raw layout. EncodeSections encodes sections
+  // [first, first + raw_sections.size() / section_raw_bytes()) from `raw_sections` (exactly
+  // those sections' raw bytes) into their places in `packed` (packed_bytes()); calls on
+  // disjoint section ranges of one packed buffer may run at the same time. SealPacked writes
+  // the header and the checksum once every section is written. EncodeSections of every section
+  // followed by SealPacked gives exactly Encode's bytes. Errors as Encode (InvalidArgument;
+  // the message names layer, K/V, token, head and group).
+  size_t section_raw_bytes() const {
+    return shape_.vectors_per_section() * shape_.head_dim * DTypeSize(shape_.dtype);
+  }
+  size_t num_sections() const { return plans_.size(); }
+  [[nodiscard]] absl::Status EncodeSections(absl::Span<const uint8_t> raw_sections, size_t first,
+                                            absl::Span<uint8_t> packed,
+                                            CpuIsa isa = CpuIsa::kAuto) const;
+  void SealPacked(absl::Span<uint8_t> packed) const;
+
+  // Bytes of the codec's set-up tables (sign masks, QJL matrices) for `layers` of `shape`,
+  // before building them: what Create() would allocate. For admission checks.
+  static size_t SetupBytes(const BlockShape& shape, const std::vector<LayerCodec>& layers);
+
   // Decodes layers [range.begin, range.end) of `packed` (which must carry this codec's
   // header) into out: [range layers][2][block_tokens][num_kv_heads][head_dim] of `out_dtype`.
   // Touches only the header and the requested layers' sections; the checksum is not verified
