@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "CLI/CLI.hpp"
 #include "server/server.h"
@@ -44,6 +45,12 @@ int main(int argc, char** argv) {
   std::string durability(turbokv::server::DurabilityName(options.storage.durability));
   std::string backend(turbokv::server::CodecBackendKindName(options.codec.backend));
   std::string log_level = "info";
+  std::string max_block_bytes =
+      turbokv::server::FormatByteSizeFlag(options.limits.max_block_bytes);
+  std::string max_codec_setup_bytes =
+      turbokv::server::FormatByteSizeFlag(options.limits.max_codec_setup_bytes);
+  std::string max_in_flight_bytes =
+      turbokv::server::FormatByteSizeFlag(options.limits.max_in_flight_bytes);
 
   CLI::App app{
       "turbokv-server: a KV-cache block store for LLM serving. Inference workers put KV blocks "
@@ -86,8 +93,40 @@ int main(int argc, char** argv) {
       "not available)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   add("--codec-threads", options.codec.threads,
-      "Worker threads for codec and storage work; 0 = one per hardware thread")
+      "Codec worker threads (encode, decode, verify); 0 = the CPUs this process may "
+      "use (CPU affinity, capped by the cgroup CPU quota)")
       ->check(CLI::Range(0, 1024));
+  add("--io-threads", options.codec.io_threads,
+      "Storage I/O threads (RocksDB reads and writes, apart from the codec threads); "
+      "0 = max(4, 2 x CPUs)")
+      ->check(CLI::Range(0, 1024));
+  auto& lim = options.limits;
+  add("--max-block-bytes", max_block_bytes,
+      "Largest raw or packed block a namespace may have (checked at RegisterNamespace)");
+  add("--max-codec-setup-bytes", max_codec_setup_bytes,
+      "Most memory one namespace's codec tables may take (QJL matrices, sign masks)");
+  add("--max-namespaces", lim.max_namespaces, "Most namespaces the server holds")
+      ->check(CLI::PositiveNumber);
+  add("--max-descriptor-string-bytes", lim.max_descriptor_string_bytes,
+      "Longest model, model_revision and cache_salt of a namespace descriptor")
+      ->check(CLI::PositiveNumber);
+  add("--max-lease-seconds", lim.max_lease_seconds, "Longest Lookup lease")
+      ->check(CLI::PositiveNumber);
+  add("--max-hashes-per-call", lim.max_hashes_per_call,
+      "Most block hashes in one Lookup, GetBlocks or DeleteBlocks")
+      ->check(CLI::PositiveNumber);
+  add("--max-in-flight-bytes", max_in_flight_bytes,
+      "Server-wide budget of request bytes in flight (put chunks not yet stored, get "
+      "responses not yet sent); calls wait for it, then get RESOURCE_EXHAUSTED");
+  add("--admission-timeout-ms", lim.admission_timeout_ms,
+      "How long a call waits for in-flight budget before RESOURCE_EXHAUSTED")
+      ->check(CLI::NonNegativeNumber);
+  add("--max-queued-tasks", lim.max_queued_tasks,
+      "Tasks that may wait in each worker pool's queue (more: RESOURCE_EXHAUSTED)")
+      ->check(CLI::PositiveNumber);
+  add("--max-stats-namespaces", lim.max_stats_namespaces,
+      "Namespaces per Stats response (more are paged)")
+      ->check(CLI::PositiveNumber);
   add("--default-preset", options.codec.default_preset,
       "Codec preset of namespaces registered without one")
       ->check(CLI::IsMember(turbokv::codec::PresetNames()));
@@ -107,6 +146,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.storage.capacity_bytes = *capacity_bytes;
+  for (auto [flag, text, out] :
+       {std::tuple<const char*, std::string*, uint64_t*>{"--max-block-bytes", &max_block_bytes,
+                                                         &options.limits.max_block_bytes},
+        {"--max-codec-setup-bytes", &max_codec_setup_bytes, &options.limits.max_codec_setup_bytes},
+        {"--max-in-flight-bytes", &max_in_flight_bytes, &options.limits.max_in_flight_bytes}}) {
+    auto bytes = turbokv::server::ParseByteSize(*text);
+    if (!bytes.ok()) {
+      spdlog::critical("{}: {}", flag, std::string(bytes.status().message()));
+      return 2;
+    }
+    *out = *bytes;
+  }
   options.storage.durability = *turbokv::server::ParseDurability(durability);
   options.codec.backend = *turbokv::server::ParseCodecBackendKind(backend);
 
@@ -125,8 +176,8 @@ int main(int argc, char** argv) {
   }
   spdlog::info(
       "turbokv-server serving gRPC on {} (port {}), metrics {}, data dir {}, capacity {} "
-      "(watermarks {:.2f}/{:.2f}), durability {}, codec backend {} ({}), {} codec threads, default "
-      "preset {}; recovered {} namespaces and {} blocks",
+      "(watermarks {:.2f}/{:.2f}), durability {}, codec backend {} ({}), {} codec threads, {} I/O "
+      "threads, in-flight budget {}, default preset {}; recovered {} namespaces and {} blocks",
       options.listen_address, (*server)->port(),
       (*server)->metrics_port() == 0 ? std::string("disabled")
                                      : options.metrics.listen_address + " (port " +
@@ -134,7 +185,8 @@ int main(int argc, char** argv) {
       options.storage.data_dir, turbokv::server::FormatByteSize(options.storage.capacity_bytes),
       options.storage.low_watermark, options.storage.high_watermark, durability,
       (*server)->codec_backend(), (*server)->codec_backend_detail(),
-      options.codec.threads == 0 ? std::string("auto") : std::to_string(options.codec.threads),
+      (*server)->codec_threads(), (*server)->io_threads(),
+      turbokv::server::FormatByteSize(options.limits.max_in_flight_bytes),
       options.codec.default_preset, (*server)->recovered_namespaces(),
       (*server)->recovered_blocks());
 

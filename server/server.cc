@@ -12,11 +12,13 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/metrics/metrics.h"
 #include "server/metrics/process_metrics.h"
 #include "server/service/codec_backend.h"
+#include "server/service/byte_budget.h"
 #include "server/service/codec_pool.h"
 #include "server/service/namespace_registry.h"
 #include "server/service/service_context.h"
@@ -110,16 +112,21 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
                            BlockStore::Open(options.storage, [](absl::Span<const uint8_t> value) {
                              return codec::VerifyPackedChecksum(value);
                            }));
-  registry_ = std::make_unique<NamespaceRegistry>(store_.get(), options.codec.default_preset);
+  registry_ = std::make_unique<NamespaceRegistry>(store_.get(), options.codec.default_preset,
+                                                   options.limits);
   TURBOKV_RETURN_IF_ERROR(registry_->Load());
   const StoreStats recovered = store_->Stats();
   recovered_namespaces_ = recovered.namespaces.size();
   recovered_blocks_ = recovered.blocks;
   WarnAboutCapacity(options.storage, recovered, store_->GetDbStats());
 
-  int threads = options.codec.threads;
-  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  pool_ = std::make_unique<CodecPool>(threads);
+  const int cpus = AvailableCpus();
+  const int threads = options.codec.threads != 0 ? options.codec.threads : cpus;
+  const int io_threads =
+      options.codec.io_threads != 0 ? options.codec.io_threads : std::max(4, 2 * cpus);
+  pool_ = std::make_unique<CodecPool>("codec", threads, options.limits.max_queued_tasks);
+  io_pool_ = std::make_unique<CodecPool>("io", io_threads, options.limits.max_queued_tasks);
+  budget_ = std::make_unique<ByteBudget>(options.limits.max_in_flight_bytes);
 
   metrics_ =
       std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes);
@@ -140,6 +147,9 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
   context_->store = store_.get();
   context_->registry = registry_.get();
   context_->pool = pool_.get();
+  context_->io_pool = io_pool_.get();
+  context_->budget = budget_.get();
+  context_->limits = options.limits;
   context_->metrics = metrics_.get();
   context_->backend = backend;
   service_ = std::make_unique<TurboKvService>(context_.get(), TURBOKV_SERVER_VERSION);
@@ -149,6 +159,12 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  // gRPC's own buffers (HTTP/2 flow-control windows of streams whose next message turbokv has
+  // not asked for yet) are bounded by its memory quota: under pressure gRPC shrinks the
+  // windows, so a client cannot park data in the transport past the in-flight budget either.
+  grpc::ResourceQuota quota("turbokv-server");
+  quota.Resize(options.limits.max_in_flight_bytes + (uint64_t{64} << 20));
+  builder.SetResourceQuota(quota);
   // gRPC sets SO_REUSEPORT by default: a second server on the same port would then start and
   // take half the connections. One port, one store.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -167,6 +183,8 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
 }
 
 const std::string& Server::codec_backend() const { return context_->backend.name; }
+int Server::codec_threads() const { return pool_->threads(); }
+int Server::io_threads() const { return io_pool_->threads(); }
 const std::string& Server::codec_backend_detail() const { return context_->backend.detail; }
 
 void Server::RefreshLoop() {
@@ -175,6 +193,7 @@ void Server::RefreshLoop() {
     refresh_cv_.wait_for(l, std::chrono::milliseconds(options_.metrics.refresh_interval_ms));
     if (stop_refresh_) break;
     metrics_->UpdateStore(store_->Stats(), store_->GetDbStats());
+    metrics_->UpdateAdmission(budget_->in_use(), budget_->rejected());
   }
 }
 
@@ -197,9 +216,12 @@ void Server::Shutdown() {
   }
   refresh_cv_.notify_all();
   if (refresh_.joinable()) refresh_.join();
-  pool_.reset();  // runs what is queued, then joins
+  if (budget_ != nullptr) budget_->Shutdown();
+  io_pool_.reset();  // runs what is queued (I/O tasks may queue codec work), then joins
+  pool_.reset();
   grpc_server_.reset();
   exposer_.reset();
+  budget_.reset();
   store_.reset();  // persists access times, flushes memtables, closes RocksDB
 }
 

@@ -25,6 +25,7 @@ class Registry;
 namespace turbokv::server {
 
 class BlockStore;
+class ByteBudget;
 class CodecPool;
 struct CodecBackend;
 class Metrics;
@@ -48,7 +49,9 @@ class Server {
   // (then are cancelled), then the pool drains and the store is flushed and closed. Idempotent.
   void Shutdown();
 
-  int port() const { return port_; }                  // bound gRPC port
+  int port() const { return port_; }
+  int codec_threads() const;  // resolved worker counts
+  int io_threads() const;                  // bound gRPC port
   int metrics_port() const { return metrics_port_; }  // 0 when metrics are disabled
   const std::string& codec_backend() const;           // "cpu-avx2", "cuda", ...
   const std::string& codec_backend_detail() const;    // GPU name, or why not CUDA
@@ -65,6 +68,8 @@ class Server {
   std::unique_ptr<BlockStore> store_;
   std::unique_ptr<NamespaceRegistry> registry_;
   std::unique_ptr<CodecPool> pool_;
+  std::unique_ptr<CodecPool> io_pool_;
+  std::unique_ptr<ByteBudget> budget_;
   std::shared_ptr<prometheus::Registry> prometheus_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<prometheus::Exposer> exposer_;

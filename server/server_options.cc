@@ -4,6 +4,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <thread>
+#include <sched.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -38,6 +41,10 @@ absl::Status CodecOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("codec.threads ", threads, " is outside 0..1024"));
   }
+  if (io_threads < 0 || io_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("codec.io_threads ", io_threads, " is outside 0..1024"));
+  }
   const auto& names = codec::PresetNames();
   if (std::find(names.begin(), names.end(), default_preset) == names.end()) {
     return absl::InvalidArgumentError(absl::StrCat("codec.default_preset \"", default_preset,
@@ -45,6 +52,53 @@ absl::Status CodecOptions::Validate() const {
                                                    absl::StrJoin(names, ", ")));
   }
   return absl::OkStatus();
+}
+
+absl::Status LimitOptions::Validate() const {
+  if (max_block_bytes < 4096 || max_block_bytes > (uint64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limits.max_block_bytes ", max_block_bytes, " is outside 4 KiB..1 GiB"));
+  }
+  if (max_codec_setup_bytes < (uint64_t{1} << 20)) {
+    return absl::InvalidArgumentError("limits.max_codec_setup_bytes must be >= 1 MiB");
+  }
+  if (max_namespaces < 1 || max_descriptor_string_bytes < 1 || max_lease_seconds < 1 ||
+      max_hashes_per_call < 1 || max_queued_tasks < 1 || max_stats_namespaces < 1) {
+    return absl::InvalidArgumentError(
+        "limits: max_namespaces, max_descriptor_string_bytes, max_lease_seconds, "
+        "max_hashes_per_call, max_queued_tasks and max_stats_namespaces must be >= 1");
+  }
+  if (max_in_flight_bytes < (uint64_t{4} << 20)) {
+    return absl::InvalidArgumentError("limits.max_in_flight_bytes must be >= 4 MiB");
+  }
+  if (admission_timeout_ms < 0) {
+    return absl::InvalidArgumentError("limits.admission_timeout_ms must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+int AvailableCpus() {
+  int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  double quota_cpus = 0;  // 0 = no quota
+  {
+    std::ifstream v2("/sys/fs/cgroup/cpu.max");  // "max 100000" or "150000 100000"
+    std::string quota;
+    double period = 0;
+    if (v2 >> quota >> period && quota != "max" && period > 0) {
+      quota_cpus = std::strtod(quota.c_str(), nullptr) / period;
+    }
+  }
+  if (quota_cpus == 0) {
+    std::ifstream q("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+    std::ifstream p("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+    double quota = 0, period = 0;
+    if (q >> quota && p >> period && quota > 0 && period > 0) quota_cpus = quota / period;
+  }
+  if (quota_cpus > 0) cpus = std::min(cpus, static_cast<int>(std::ceil(quota_cpus)));
+  return std::max(1, cpus);
 }
 
 absl::Status ServerOptions::Validate() const {
@@ -62,6 +116,7 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError("metrics.refresh_interval_ms must be >= 10");
   }
   TURBOKV_RETURN_IF_ERROR(storage.Validate());
+  TURBOKV_RETURN_IF_ERROR(limits.Validate());
   return codec.Validate();
 }
 

@@ -24,9 +24,14 @@ std::string_view CodecBackendKindName(CodecBackendKind kind);  // "auto", "cpu",
 struct CodecOptions {
   // Default: kAuto.
   CodecBackendKind backend = CodecBackendKind::kAuto;
-  // Worker threads for codec and storage work (never gRPC's threads). 0: one per hardware
-  // thread. Range 0..1024. Default: 0.
+  // Codec worker threads (encode, decode, verify; never gRPC's threads). 0: the CPUs this
+  // process may use (its CPU affinity, capped by its cgroup CPU quota: AvailableCpus()).
+  // Range 0..1024. Default: 0.
   int threads = 0;
+  // Storage I/O threads (RocksDB reads and writes, separate from the codec threads so encodes
+  // never wait behind disk I/O; several, so concurrent writes group-commit). 0: max(4,
+  // 2 * AvailableCpus()). Range 0..1024. Default: 0.
+  int io_threads = 0;
   // Preset of namespaces registered with an empty codec. Must be a codec preset name
   // (turbokv::codec::PresetNames()). Default: "k4v4-g32".
   std::string default_preset = "k4v4-g32";
@@ -42,6 +47,38 @@ struct MetricsOptions {
   int refresh_interval_ms = 1000;
 };
 
+// Bounds on everything a client can make the server spend (DESIGN.md section 10). Past a
+// bound the answer is RESOURCE_EXHAUSTED (INVALID_ARGUMENT at RegisterNamespace and for a
+// lease that is too long), with a message naming the limit.
+struct LimitOptions {
+  // Largest raw block (namespace dtype) and largest packed block of a namespace, checked at
+  // RegisterNamespace. Range 4 KiB..1 GiB. Default: 256 MiB.
+  uint64_t max_block_bytes = uint64_t{256} << 20;
+  // Memory the codec of one namespace may take when it is set up (per section: SIMD sign
+  // tables, and the g x g fp32 QJL projection of QJL sections), checked at RegisterNamespace.
+  // Default: 64 MiB.
+  uint64_t max_codec_setup_bytes = uint64_t{64} << 20;
+  // Namespaces the server holds. Default: 4096.
+  uint32_t max_namespaces = 4096;
+  // Longest model, model_revision and cache_salt of a descriptor, bytes. Default: 256.
+  uint32_t max_descriptor_string_bytes = 256;
+  // Longest Lookup lease, seconds. Default: 3600.
+  uint32_t max_lease_seconds = 3600;
+  // Most block hashes in one Lookup, GetBlocks or DeleteBlocks. Default: 16384.
+  uint32_t max_hashes_per_call = 16384;
+  // Server-wide budget of request bytes in flight (put chunks not yet written, get responses
+  // not yet sent). Default: 1 GiB.
+  uint64_t max_in_flight_bytes = uint64_t{1} << 30;
+  // How long a call waits for in-flight budget before RESOURCE_EXHAUSTED, ms. Default: 10000.
+  int admission_timeout_ms = 10000;
+  // Tasks that may wait in each worker pool's queue. Default: 4096.
+  uint32_t max_queued_tasks = 4096;
+  // Namespaces in one Stats response; more are paged (StatsRequest.page_after). Default: 256.
+  uint32_t max_stats_namespaces = 256;
+
+  [[nodiscard]] absl::Status Validate() const;
+};
+
 struct ServerOptions {
   // HOST:PORT of the gRPC endpoint; port 0 picks a free one. Default: "0.0.0.0:50051".
   std::string listen_address = "0.0.0.0:50051";
@@ -55,9 +92,14 @@ struct ServerOptions {
   StorageOptions storage;
   CodecOptions codec;
   MetricsOptions metrics;
+  LimitOptions limits;
 
   [[nodiscard]] absl::Status Validate() const;
 };
+
+// CPUs this process may use: its CPU affinity mask (sched_getaffinity), capped by the cgroup
+// CPU quota (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us / cpu.cfs_period_us), rounded up. >= 1.
+int AvailableCpus();
 
 // "10GiB", "512MiB", "1.5TiB", "100MB" (decimal), "4096" (bytes). Units: B, KiB, MiB, GiB,
 // TiB, KB, MB, GB, TB (case-insensitive; K/M/G/T alone are binary). InvalidArgument otherwise.

@@ -336,12 +336,27 @@ absl::StatusOr<uint64_t> Client::DropNamespace(uint64_t namespace_id,
 }
 
 absl::StatusOr<ServerStats> Client::Stats(const CallOptions& call) const {
+  // The server pages its namespace list (StatsRequest.page_after); follow every page.
   v1::StatsRequest req;
-  v1::StatsResponse resp;
-  TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
-    return FromGrpc(impl_->stub->Stats(ctx, req, &resp));
-  }));
-  return internal::FromProto(resp);
+  ServerStats out;
+  const absl::Time deadline = impl_->Deadline(call);
+  for (int page = 0;; ++page) {
+    v1::StatsResponse resp;
+    TURBOKV_RETURN_IF_ERROR(impl_->Retry(deadline, [&](grpc::ClientContext* ctx) {
+      return FromGrpc(impl_->stub->Stats(ctx, req, &resp));
+    }));
+    ServerStats part = internal::FromProto(resp);
+    if (page == 0) {
+      out = std::move(part);
+    } else {
+      for (NamespaceStats& n : part.namespaces) out.namespaces.push_back(std::move(n));
+    }
+    if (!resp.has_next_page_after() ||
+        (req.has_page_after() && resp.next_page_after() <= req.page_after())) {
+      return out;
+    }
+    req.set_page_after(resp.next_page_after());
+  }
 }
 
 }  // namespace turbokv::client

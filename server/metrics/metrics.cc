@@ -117,6 +117,14 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   expirations_ = counter("turbokv_expired_blocks_total", "Blocks deleted by namespace TTL");
   checksum_failures_ = counter("turbokv_checksum_failures_total",
                                "Stored blocks that failed verification on read (deleted)");
+  internal_failures_ = counter(
+      "turbokv_internal_failures_total",
+      "Exceptions caught by the request path's barrier (each failed one call with INTERNAL)");
+  in_flight_bytes_ =
+      gauge("turbokv_in_flight_bytes", "Request bytes in flight (the --max-in-flight-bytes budget)");
+  admission_rejections_ =
+      counter("turbokv_admission_rejections_total",
+              "Calls refused with RESOURCE_EXHAUSTED after waiting for the in-flight budget");
   capacity_bytes_->Set(static_cast<double>(capacity_bytes));
 }
 
@@ -132,6 +140,14 @@ T* Metrics::Child(std::atomic<T*>* slot, prometheus::Family<T>* family,
     slot->store(child, std::memory_order_release);
   }
   return child;
+}
+
+void Metrics::RecordInternalFailure() { internal_failures_->Increment(); }
+
+void Metrics::UpdateAdmission(uint64_t in_flight_bytes, uint64_t rejections_total) {
+  in_flight_bytes_->Set(static_cast<double>(in_flight_bytes));
+  std::lock_guard<std::mutex> l(mu_);
+  Advance(admission_rejections_, rejections_total, &seen_admission_rejections_);
 }
 
 void Metrics::RecordRpc(RpcMethod method, absl::StatusCode code, double seconds) {

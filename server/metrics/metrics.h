@@ -62,6 +62,12 @@ class Metrics {
   void RecordPutBlock(absl::StatusCode code);
   void RecordGetBlocks(uint64_t found, uint64_t missing);
   void RecordCodec(CodecOp op, double seconds, uint64_t bytes);
+  // An exception caught by a reactor's or a pool task's barrier (a bug: that call failed with
+  // INTERNAL). turbokv_internal_failures_total.
+  void RecordInternalFailure();
+  // The in-flight budget: bytes in use (turbokv_in_flight_bytes) and calls refused after
+  // waiting (turbokv_admission_rejections_total, advanced to the running total).
+  void UpdateAdmission(uint64_t in_flight_bytes, uint64_t rejections_total);
   // Refreshes the storage gauges and advances the storage counters to the store's totals.
   void UpdateStore(const StoreStats& stats, const DbStats& db);
 
@@ -100,6 +106,9 @@ class Metrics {
   prometheus::Counter* evicted_bytes_;
   prometheus::Counter* expirations_;
   prometheus::Counter* checksum_failures_;
+  prometheus::Counter* internal_failures_;
+  prometheus::Gauge* in_flight_bytes_;
+  prometheus::Counter* admission_rejections_;
 
   std::mutex child_mu_;  // serializes the creation of lazy children
   std::mutex mu_;        // guards the last-seen store totals below
@@ -107,6 +116,7 @@ class Metrics {
   uint64_t seen_evicted_bytes_ = 0;
   uint64_t seen_expirations_ = 0;
   uint64_t seen_checksum_failures_ = 0;
+  uint64_t seen_admission_rejections_ = 0;
 };
 
 }  // namespace turbokv::server

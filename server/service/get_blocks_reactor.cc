@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -12,33 +13,33 @@ namespace turbokv::server {
 namespace {
 
 // One fetch reads at most this many blocks / this many output bytes; the next fetch starts
-// once fewer than kRefillBytes are queued for writing.
+// once fewer than kRefillBytes are waiting to be written.
 constexpr size_t kFetchBlocks = 32;
 constexpr size_t kFetchBytes = size_t{32} << 20;
 constexpr size_t kRefillBytes = size_t{8} << 20;
 
-// Appends the messages carrying `bytes` (chunks of at most 1 MiB).
-void AppendChunks(uint32_t index, const std::string& hash, v1::Encoding encoding, v1::DType dtype,
-                  std::string_view bytes, std::vector<v1::GetBlocksResponse>* out) {
-  for (size_t offset = 0; offset < bytes.size(); offset += kMaxResponseChunkBytes) {
-    v1::GetBlocksResponse m;
-    m.set_index(index);
-    m.set_block_hash(hash);
-    m.set_found(true);
-    m.set_encoding(encoding);
-    if (encoding == v1::ENCODING_RAW) m.set_dtype(dtype);
-    m.set_block_bytes(bytes.size());
-    m.set_offset(offset);
-    m.set_data(std::string(bytes.substr(offset, kMaxResponseChunkBytes)));
-    out->push_back(std::move(m));
-  }
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace
 
-GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, const v1::GetBlocksRequest* request)
-    : ctx_(ctx), request_(request), scope_(ctx, RpcMethod::kGetBlocks) {
-  absl::Status s = ctx_->shutting_down.load() ? ShuttingDown() : Prepare();
+struct GetBlocksReactor::Batch {
+  std::vector<v1::GetBlocksResponse> messages;  // in request order
+  std::vector<std::string> values;              // RAW: the packed blocks being decoded
+  size_t next_message = 0;                      // first one not handed to the writer
+  int decodes = 0;                              // decode tasks in flight
+};
+
+GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                                   const v1::GetBlocksRequest* request)
+    : ctx_(ctx),
+      request_(request),
+      scope_(ctx, RpcMethod::kGetBlocks),
+      deadline_(context->deadline()) {
+  absl::Status s = ctx_->shutting_down.load()
+                       ? ShuttingDown()
+                       : Guarded(ctx_, "GetBlocks Prepare", [this] { return Prepare(); });
   if (!s.ok() || request_->block_hashes().empty()) {
     finished_ = true;
     Finish(scope_.Complete(s));
@@ -53,6 +54,7 @@ absl::Status GetBlocksReactor::Prepare() {
       ctx_->registry->Get(request_->namespace_id());
   if (!ns.ok()) return ns.status();
   ns_ = *std::move(ns);
+  if (absl::Status s = CheckHashCount(*ctx_, request_->block_hashes_size()); !s.ok()) return s;
   for (int i = 0; i < request_->block_hashes_size(); ++i) {
     absl::Status s = ValidateBlockHash(request_->block_hashes(i));
     if (!s.ok()) {
@@ -89,138 +91,315 @@ absl::Status GetBlocksReactor::Prepare() {
   absl::StatusOr<size_t> bytes = ns_->codec.DecodedBytes(out_dtype_, range_);
   if (!bytes.ok()) return bytes.status();
   decoded_bytes_ = *bytes;
+  layer_bytes_ = decoded_bytes_ / static_cast<size_t>(range_.end - range_.begin);
   return absl::OkStatus();
 }
 
-void GetBlocksReactor::Fetch() {
-  const size_t total = static_cast<size_t>(request_->block_hashes_size());
-  size_t begin;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    begin = next_;
-  }
-  const size_t per_block = std::max<size_t>(
-      1, encoding_ == v1::ENCODING_RAW ? decoded_bytes_ : ns_->codec.packed_bytes());
-  const size_t count =
-      std::min({total - begin, kFetchBlocks, std::max<size_t>(1, kFetchBytes / per_block)});
-  std::vector<std::string_view> hashes;
-  hashes.reserve(count);
-  for (size_t i = begin; i < begin + count; ++i) hashes.push_back(request_->block_hashes(i));
+bool GetBlocksReactor::Abandoned() const {
+  return abandoned_.load() || std::chrono::system_clock::now() > deadline_;
+}
 
-  std::vector<v1::GetBlocksResponse> messages;
+void GetBlocksReactor::Fail(const absl::Status& status) {
+  if (error_.ok()) error_ = status;
+  abandoned_ = true;
+}
+
+void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
+  auto batch = std::make_shared<Batch>();
+  struct Job {
+    size_t block, first_message, messages;
+    int layer_begin, layer_end;
+  };
+  std::vector<Job> jobs;
   absl::Status error;
   uint64_t found = 0;
-  absl::StatusOr<std::vector<std::optional<std::string>>> values =
-      ctx_->store->GetBlocks(ns_->id, hashes);
-  if (!values.ok()) {
-    error = values.status();
-  } else {
-    // RAW: decode every found block of the batch at once (one launch on the GPU backend).
-    std::vector<std::string> decoded(count);
-    if (encoding_ == v1::ENCODING_RAW) {
-      std::vector<size_t> which;
-      std::vector<absl::Span<const uint8_t>> packeds;
-      std::vector<absl::Span<uint8_t>> outs;
-      for (size_t j = 0; j < count; ++j) {
-        const std::optional<std::string>& value = (*values)[j];
-        if (!value.has_value()) continue;
-        decoded[j].resize(decoded_bytes_);
-        which.push_back(j);
-        packeds.emplace_back(reinterpret_cast<const uint8_t*>(value->data()), value->size());
-        outs.emplace_back(reinterpret_cast<uint8_t*>(decoded[j].data()), decoded[j].size());
-      }
-      const auto start = std::chrono::steady_clock::now();
-      std::vector<absl::Status> statuses =
-          DecodeBlocks(ctx_->backend, ns_->codec, packeds, out_dtype_, range_, outs);
-      ctx_->metrics->RecordCodec(
-          CodecOp::kDecode,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-          which.size() * decoded_bytes_);
-      for (size_t k = 0; k < which.size() && error.ok(); ++k) {
-        if (!statuses[k].ok()) {
-          error = absl::InternalError(absl::StrCat(
-              "block ", begin + which[k],
-              " passed its checksum but does not decode: ", std::string(statuses[k].message())));
-        }
-      }
-    }
-    for (size_t j = 0; j < count && error.ok(); ++j) {
+  uint64_t bytes = 0;
+  if (!Abandoned()) {
+    std::vector<std::string_view> hashes;
+    hashes.reserve(count);
+    for (size_t i = begin; i < begin + count; ++i) hashes.push_back(request_->block_hashes(i));
+    absl::StatusOr<std::vector<std::optional<std::string>>> values =
+        ctx_->store->GetBlocks(ns_->id, hashes);
+    if (!values.ok()) error = values.status();
+    for (size_t j = 0; error.ok() && j < count; ++j) {
       const auto index = static_cast<uint32_t>(begin + j);
-      const std::string& hash = request_->block_hashes(index);
-      const std::optional<std::string>& value = (*values)[j];
-      if (!value.has_value()) {
-        v1::GetBlocksResponse m;
+      std::optional<std::string>& value = (*values)[j];
+      auto header = [&](uint64_t block_bytes, uint64_t offset) {
+        v1::GetBlocksResponse& m = batch->messages.emplace_back();
         m.set_index(index);
-        m.set_block_hash(hash);
+        m.set_block_hash(request_->block_hashes(index));
+        m.set_found(true);
+        m.set_encoding(encoding_);
+        if (encoding_ == v1::ENCODING_RAW) m.set_dtype(static_cast<v1::DType>(out_dtype_));
+        m.set_block_bytes(block_bytes);
+        m.set_offset(offset);
+        return &m;
+      };
+      if (!value.has_value()) {
+        v1::GetBlocksResponse& m = batch->messages.emplace_back();
+        m.set_index(index);
+        m.set_block_hash(request_->block_hashes(index));
         m.set_found(false);
-        messages.push_back(std::move(m));
         continue;
       }
       ++found;
       if (encoding_ == v1::ENCODING_PACKED) {
-        AppendChunks(index, hash, encoding_, v1::DTYPE_UNSPECIFIED, *value, &messages);
-      } else {
-        AppendChunks(index, hash, encoding_, static_cast<v1::DType>(out_dtype_), decoded[j],
-                     &messages);
-        std::string().swap(decoded[j]);
+        bytes += value->size();
+        if (value->size() <= kMaxResponseChunkBytes) {
+          header(value->size(), 0)->set_data(std::move(*value));  // no copy
+          continue;
+        }
+        for (size_t off = 0; off < value->size(); off += kMaxResponseChunkBytes) {
+          header(value->size(), off)
+              ->set_data(value->data() + off, std::min(kMaxResponseChunkBytes, value->size() - off));
+        }
+        continue;
+      }
+      // RAW: whole layers per message; a layer over 1 MiB spreads over several messages.
+      const size_t block = batch->values.size();
+      batch->values.push_back(std::move(*value));
+      bytes += decoded_bytes_;
+      const int per_message =
+          static_cast<int>(std::max<size_t>(1, kMaxResponseChunkBytes / layer_bytes_));
+      for (int l = range_.begin; l < range_.end; l += per_message) {
+        const int l_end = std::min(range_.end, l + per_message);
+        const uint64_t offset = static_cast<uint64_t>(l - range_.begin) * layer_bytes_;
+        const size_t first = batch->messages.size();
+        if (layer_bytes_ <= kMaxResponseChunkBytes) {
+          header(decoded_bytes_, offset)
+              ->mutable_data()
+              ->resize(static_cast<size_t>(l_end - l) * layer_bytes_);
+        } else {
+          for (size_t off = 0; off < layer_bytes_; off += kMaxResponseChunkBytes) {
+            header(decoded_bytes_, offset + off)
+                ->mutable_data()
+                ->resize(std::min(kMaxResponseChunkBytes, layer_bytes_ - off));
+          }
+        }
+        jobs.push_back({block, first, batch->messages.size() - first, l, l_end});
       }
     }
   }
   ctx_->metrics->RecordGetBlocks(found, count - found);
 
   std::unique_lock<std::mutex> l(mu_);
-  next_ = begin + count;
+  --tasks_;
   fetching_ = false;
-  if (!error.ok() && error_.ok()) error_ = error;
-  for (v1::GetBlocksResponse& m : messages) {
-    queued_bytes_ += m.data().size();
-    queue_.push_back(std::move(m));
+  next_ = begin + count;
+  if (bytes < reserved) {
+    to_release_ += reserved - bytes;
+    held_bytes_ -= reserved - bytes;
+  } else if (bytes > reserved) {
+    ctx_->budget->Take(bytes - reserved);
+    held_bytes_ += bytes - reserved;
   }
+  if (!error.ok()) Fail(error);
+  if (error_.ok() && !Abandoned()) {
+    batches_.push_back(batch);
+    for (const Job& j : jobs) {
+      ++tasks_;
+      ++batch->decodes;
+      const bool queued = ctx_->pool->Submit(
+          [this, batch, j] {
+            DecodeTask(batch, j.block, j.first_message, j.messages, j.layer_begin, j.layer_end);
+          },
+          [this, batch](const absl::Status& status) {
+            std::unique_lock<std::mutex> l2(mu_);
+            ctx_->metrics->RecordInternalFailure();
+            --tasks_;
+            --batch->decodes;
+            Fail(status);
+            Pump(l2);
+          });
+      if (!queued) {
+        --tasks_;
+        --batch->decodes;
+        Fail(PoolFull(*ctx_->pool));
+        break;
+      }
+    }
+  }
+  Pump(l);
+}
+
+void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t block,
+                                  size_t first_message, size_t messages, int layer_begin,
+                                  int layer_end) {
+  absl::Status s;
+  if (!Abandoned()) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string& value = batch->values[block];
+    const absl::Span<const uint8_t> packed(reinterpret_cast<const uint8_t*>(value.data()),
+                                           value.size());
+    const codec::LayerRange range{layer_begin, layer_end};
+    std::string* out = batch->messages[first_message].mutable_data();
+    if (messages == 1) {
+      s = DecodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&packed, 1), out_dtype_,
+                       range,
+                       {absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(out->data()), out->size())})[0];
+    } else {
+      std::string layer(layer_bytes_, '\0');
+      s = DecodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&packed, 1), out_dtype_,
+                       range,
+                       {absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(layer.data()), layer.size())})[0];
+      size_t off = 0;
+      for (size_t k = 0; k < messages && s.ok(); ++k) {
+        std::string* d = batch->messages[first_message + k].mutable_data();
+        std::memcpy(d->data(), layer.data() + off, d->size());
+        off += d->size();
+      }
+    }
+    ctx_->metrics->RecordCodec(CodecOp::kDecode, SecondsSince(start),
+                               static_cast<uint64_t>(layer_end - layer_begin) * layer_bytes_);
+    if (!s.ok()) {
+      s = absl::InternalError(absl::StrCat("block ",
+                                           batch->messages[first_message].index(),
+                                           " passed its checksum but does not decode: ",
+                                           std::string(s.message())));
+    }
+  }
+  std::unique_lock<std::mutex> l(mu_);
+  --tasks_;
+  if (--batch->decodes == 0) std::vector<std::string>().swap(batch->values);
+  if (!s.ok()) Fail(s);
+  Pump(l);
+}
+
+void GetBlocksReactor::OnBudget(const absl::Status& status) {
+  std::unique_lock<std::mutex> l(mu_);
+  ticket_ = 0;
+  if (!status.ok()) {
+    Fail(status);
+  } else {
+    held_bytes_ += pending_reserve_;
+    granted_ = pending_reserve_;
+  }
+  pending_reserve_ = 0;
   Pump(l);
 }
 
 void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
   const size_t total = static_cast<size_t>(request_->block_hashes_size());
-  const bool stop = cancelled_ || !error_.ok();
+  const bool stop = !error_.ok() || Abandoned();
   bool start_write = false;
   bool start_fetch = false;
-  if (!stop && !writing_ && !queue_.empty()) {
-    current_ = std::move(queue_.front());
-    queue_.pop_front();
-    queued_bytes_ -= current_.data().size();
-    writing_ = true;
-    start_write = true;
+  size_t fetch_begin = 0, fetch_count = 0;
+  uint64_t fetch_reserved = 0;
+  if (!stop && !writing_) {
+    while (!batches_.empty() && batches_.front()->decodes == 0 &&
+           batches_.front()->next_message == batches_.front()->messages.size()) {
+      batches_.pop_front();
+    }
+    if (!batches_.empty() && batches_.front()->decodes == 0) {
+      Batch& b = *batches_.front();
+      current_ = std::move(b.messages[b.next_message++]);
+      current_bytes_ = current_.data().size();
+      writing_ = true;
+      start_write = true;
+    }
   }
-  if (!stop && !fetching_ && next_ < total && queued_bytes_ < kRefillBytes) {
-    fetching_ = true;
-    start_fetch = true;
+  if (granted_ != 0 && stop) {  // budget granted to a call that is over
+    held_bytes_ -= granted_;
+    to_release_ += granted_;
+    granted_ = 0;
   }
-  const bool done = !writing_ && !fetching_ && (stop || (queue_.empty() && next_ >= total));
+  if (!stop && !fetching_ && ticket_ == 0 && next_ < total &&
+      (granted_ != 0 || held_bytes_ < kRefillBytes)) {
+    const size_t per_block = std::max<size_t>(
+        1, encoding_ == v1::ENCODING_RAW ? decoded_bytes_ : ns_->codec.packed_bytes());
+    fetch_count =
+        std::min({total - next_, kFetchBlocks, std::max<size_t>(1, kFetchBytes / per_block)});
+    fetch_begin = next_;
+    if (granted_ != 0) {
+      fetch_reserved = granted_;
+      granted_ = 0;
+      fetching_ = true;
+      ++tasks_;
+      start_fetch = true;
+    } else {
+      fetch_reserved = fetch_count * per_block;
+      const ByteBudget::Ticket t = ctx_->budget->Acquire(
+          fetch_reserved, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
+          [this](const absl::Status& status) { OnBudget(status); });
+      if (t == 0) {
+        held_bytes_ += fetch_reserved;
+        fetching_ = true;
+        ++tasks_;
+        start_fetch = true;
+      } else {
+        ticket_ = t;
+        pending_reserve_ = fetch_reserved;
+      }
+    }
+  }
+  const bool done = !writing_ && tasks_ == 0 && ticket_ == 0 &&
+                    (stop || (batches_.empty() && next_ >= total));
+  bool finish = false;
+  absl::Status status;
   if (done && !finished_) {
     finished_ = true;
-    const absl::Status status =
-        !error_.ok() ? error_
-                     : (cancelled_ ? absl::CancelledError("GetBlocks cancelled by the client")
-                                   : absl::OkStatus());
-    l.unlock();
-    Finish(scope_.Complete(status));
-    return;
+    finish = true;
+    batches_.clear();
+    to_release_ += held_bytes_;
+    held_bytes_ = 0;
+    status = !error_.ok() ? error_
+                          : (Abandoned() ? absl::CancelledError("GetBlocks cancelled by the client")
+                                         : absl::OkStatus());
   }
+  const uint64_t release = to_release_;
+  to_release_ = 0;
   l.unlock();
-  if (start_fetch) ctx_->pool->Submit([this] { Fetch(); });
+  if (release != 0) ctx_->budget->Release(release);
+  if (start_fetch) {
+    const bool queued = ctx_->io_pool->Submit(
+        [this, fetch_begin, fetch_count, fetch_reserved] {
+          Fetch(fetch_begin, fetch_count, fetch_reserved);
+        },
+        [this](const absl::Status& s) {
+          std::unique_lock<std::mutex> l2(mu_);
+          --tasks_;
+          fetching_ = false;
+          Fail(s);
+          Pump(l2);
+        });
+    if (!queued) {
+      std::unique_lock<std::mutex> l2(mu_);
+      --tasks_;
+      fetching_ = false;
+      Fail(PoolFull(*ctx_->io_pool));
+      Pump(l2);
+    }
+  }
   if (start_write) StartWrite(&current_);
+  if (finish) Finish(scope_.Complete(status));
 }
 
 void GetBlocksReactor::OnWriteDone(bool ok) {
   std::unique_lock<std::mutex> l(mu_);
-  writing_ = false;
-  if (!ok) cancelled_ = true;
+  try {
+    writing_ = false;
+    held_bytes_ -= current_bytes_;
+    to_release_ += current_bytes_;
+    current_bytes_ = 0;
+    current_.Clear();
+    if (!ok) abandoned_ = true;
+  } catch (...) {
+    Fail(CaughtException(ctx_, "GetBlocks OnWriteDone", std::current_exception()));
+  }
   Pump(l);
 }
 
 void GetBlocksReactor::OnCancel() {
   std::unique_lock<std::mutex> l(mu_);
-  cancelled_ = true;
+  abandoned_ = true;
+  const ByteBudget::Ticket t = ticket_;
+  l.unlock();
+  const bool cancelled = t != 0 && ctx_->budget->Cancel(t);
+  l.lock();
+  if (cancelled && ticket_ == t) {
+    ticket_ = 0;
+    pending_reserve_ = 0;
+  }
   Pump(l);
 }
 

@@ -1,13 +1,27 @@
-// GetBlocks: reads blocks in batches (one MultiGet each) on the worker pool, decodes them when
-// RAW is asked for, and streams one message per chunk (<= 1 MiB) or per missing block, in
-// request order. The next batch is fetched while the current one is being written.
+// GetBlocks: reads blocks in batches (one MultiGet each) on the I/O pool and streams one
+// message per chunk (<= 1 MiB) or per missing block, in request order, fetching the next batch
+// while the current one is written.
+//
+// PACKED: a stored block of at most 1 MiB is moved into its message (no copy); larger ones
+// are cut into 1 MiB chunks. RAW: every message carries whole layers (or a part of one layer
+// over 1 MiB), and each message is decoded straight into its payload by its own task on the
+// codec pool, so the layers of a large block decode in parallel.
+//
+// Memory: each batch takes its bytes from the server-wide in-flight budget before it is read
+// and gives each message's bytes back once it is written; a call that cannot get budget
+// within limits.admission_timeout_ms fails with RESOURCE_EXHAUSTED. A cancelled call (or one
+// past its deadline) skips the codec work still queued.
 //
 // RPC errors: NOT_FOUND (unknown namespace), INVALID_ARGUMENT (encoding, dtype, layer range,
-// a hash outside 8..32 bytes), UNAVAILABLE (shutdown), INTERNAL (a verified block that does
-// not decode). A missing, expired or corrupt block is a `found: false` message.
+// a hash outside 8..32 bytes), RESOURCE_EXHAUSTED (too many hashes, no budget, a full worker
+// queue), UNAVAILABLE (shutdown), INTERNAL (a verified block that does not decode; a bug
+// caught by the exception barrier). A missing, expired or corrupt block is a `found: false`
+// message.
 #ifndef TURBOKV_SERVER_SERVICE_GET_BLOCKS_REACTOR_H_
 #define TURBOKV_SERVER_SERVICE_GET_BLOCKS_REACTOR_H_
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -23,35 +37,51 @@ inline constexpr size_t kMaxResponseChunkBytes = size_t{1} << 20;
 
 class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResponse> {
  public:
-  GetBlocksReactor(ServiceContext* ctx, const v1::GetBlocksRequest* request);
+  GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                   const v1::GetBlocksRequest* request);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override { delete this; }
 
  private:
+  struct Batch;
+
   [[nodiscard]] absl::Status Prepare();
-  void Fetch();  // on the pool
-  // Starts the next write, schedules a fetch, or finishes. Requires mu_; releases it.
+  void Fetch(size_t begin, size_t count, uint64_t reserved);  // on the I/O pool
+  void DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, size_t first_message,
+                  size_t messages, int layer_begin, int layer_end);  // on the codec pool
+  void OnBudget(const absl::Status& status);
+  bool Abandoned() const;
+  // Starts the next write, schedules a fetch, or finishes. Requires mu_ (held by l); unlocks.
   void Pump(std::unique_lock<std::mutex>& l);
+  void Fail(const absl::Status& status);  // requires mu_
 
   ServiceContext* const ctx_;
   const v1::GetBlocksRequest* const request_;
   RpcScope scope_;
+  const std::chrono::system_clock::time_point deadline_;
   std::shared_ptr<const Namespace> ns_;
   v1::Encoding encoding_ = v1::ENCODING_PACKED;
   codec::DType out_dtype_ = codec::DType::kFloat16;
   codec::LayerRange range_;
   size_t decoded_bytes_ = 0;  // RAW: bytes of one decoded block
+  size_t layer_bytes_ = 0;    // RAW: decoded bytes of one layer
+  std::atomic<bool> abandoned_{false};
 
   std::mutex mu_;
-  std::deque<v1::GetBlocksResponse> queue_;
-  size_t queued_bytes_ = 0;
+  std::deque<std::shared_ptr<Batch>> batches_;  // fetched, in request order
   v1::GetBlocksResponse current_;
-  size_t next_ = 0;  // first request index not fetched yet
+  uint64_t current_bytes_ = 0;  // budget bytes of the message being written
+  uint64_t held_bytes_ = 0;     // budget bytes held (batches not yet written)
+  uint64_t to_release_ = 0;
+  ByteBudget::Ticket ticket_ = 0;
+  uint64_t pending_reserve_ = 0;  // bytes asked for by the waiting ticket
+  uint64_t granted_ = 0;          // bytes granted to the waiting ticket, fetch not started
+  size_t next_ = 0;               // first request index not fetched yet
+  int tasks_ = 0;                 // fetch and decode tasks in flight
   bool fetching_ = false;
   bool writing_ = false;
-  bool cancelled_ = false;
   bool finished_ = false;
   absl::Status error_;
 };

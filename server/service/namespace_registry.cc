@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "turbokv/codec/status_macros.h"
 #include "xxhash.h"
 
@@ -190,8 +191,32 @@ uint64_t NamespaceId(const v1::NamespaceDescriptor& canonical) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-NamespaceRegistry::NamespaceRegistry(BlockStore* store, std::string default_preset)
-    : store_(store), default_preset_(std::move(default_preset)) {}
+NamespaceRegistry::NamespaceRegistry(BlockStore* store, std::string default_preset,
+                                     LimitOptions limits)
+    : store_(store), default_preset_(std::move(default_preset)), limits_(limits) {}
+
+absl::Status NamespaceRegistry::CheckCost(const CanonicalNamespace& canonical) const {
+  const codec::BlockShape& sh = canonical.shape;
+  // In floating point: the product of four 16-bit dimensions can overflow 64 bits.
+  const double raw = 2.0 * sh.num_layers * sh.block_tokens * sh.num_kv_heads * sh.head_dim *
+                     static_cast<double>(codec::DTypeSize(sh.dtype));
+  if (raw > static_cast<double>(limits_.max_block_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "namespace_descriptor: a raw block of this shape is ", static_cast<uint64_t>(raw),
+        " bytes; the server allows at most ", limits_.max_block_bytes,
+        " (--max-block-bytes): use fewer tokens per block or a tensor-parallel slice"));
+  }
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<codec::LayerCodec> layers,
+                           codec::ResolveLayerCodecs(canonical.spec, sh));
+  const size_t setup = codec::BlockCodec::SetupBytes(sh, layers);
+  if (setup > limits_.max_codec_setup_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "namespace_descriptor: the codec of this namespace needs ", setup,
+        " bytes of tables (per-layer sign masks and QJL matrices); the server allows at most ",
+        limits_.max_codec_setup_bytes, " (--max-codec-setup-bytes)"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::shared_ptr<const Namespace>> NamespaceRegistry::Build(
     const CanonicalNamespace& canonical, uint64_t id) const {
@@ -219,7 +244,18 @@ absl::Status NamespaceRegistry::Load() {
                                       : std::string(canonical.status().message())));
     }
     canonical->descriptor.set_ttl_seconds(r.ttl_seconds);
+    if (absl::Status cost = CheckCost(*canonical); !cost.ok()) {
+      spdlog::warn("stored namespace {:016x} is not loaded: {}", r.id,
+                   std::string(cost.message()));
+      continue;
+    }
     TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(*canonical, r.id));
+    if (ns->codec.packed_bytes() > limits_.max_block_bytes) {
+      spdlog::warn("stored namespace {:016x} is not loaded: packed blocks of {} bytes are over "
+                   "--max-block-bytes {}",
+                   r.id, ns->codec.packed_bytes(), limits_.max_block_bytes);
+      continue;
+    }
     std::lock_guard<std::mutex> l(mu_);
     namespaces_[r.id] = std::move(ns);
   }
@@ -228,7 +264,17 @@ absl::Status NamespaceRegistry::Load() {
 
 absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
     const v1::NamespaceDescriptor& descriptor) {
+  for (auto [field, value] : {std::pair<const char*, const std::string*>{"model", &descriptor.model()},
+                              {"model_revision", &descriptor.model_revision()},
+                              {"cache_salt", &descriptor.cache_salt()}}) {
+    if (value->size() > limits_.max_descriptor_string_bytes) {
+      return FieldError(field, absl::StrCat("has ", value->size(), " bytes; at most ",
+                                            limits_.max_descriptor_string_bytes,
+                                            " are allowed (--max-descriptor-string-bytes)"));
+    }
+  }
   TURBOKV_ASSIGN_OR_RETURN(CanonicalNamespace canonical, Canonicalize(descriptor, default_preset_));
+  TURBOKV_RETURN_IF_ERROR(CheckCost(canonical));
   const uint64_t id = NamespaceId(canonical.descriptor);
   std::lock_guard<std::mutex> rl(register_mu_);
   std::shared_ptr<const Namespace> existing;
@@ -240,7 +286,17 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
       existing->descriptor.ttl_seconds() == canonical.descriptor.ttl_seconds()) {
     return Registered{existing, false};
   }
+  if (existing == nullptr && size() >= limits_.max_namespaces) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the server holds ", limits_.max_namespaces,
+        " namespaces, its limit (--max-namespaces); drop unused ones first"));
+  }
   TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(canonical, id));
+  if (ns->codec.packed_bytes() > limits_.max_block_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "namespace_descriptor: a packed block of this namespace is ", ns->codec.packed_bytes(),
+        " bytes; the server allows at most ", limits_.max_block_bytes, " (--max-block-bytes)"));
+  }
   NamespaceRecord record;
   record.id = id;
   record.descriptor = ns->descriptor.SerializeAsString();

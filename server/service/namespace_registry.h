@@ -34,6 +34,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/server_options.h"
 #include "server/storage/block_store.h"
 #include "turbokv/codec/block_codec.h"
 #include "turbokv/v1/turbokv.pb.h"
@@ -62,11 +63,14 @@ uint64_t NamespaceId(const v1::NamespaceDescriptor& canonical);
 
 class NamespaceRegistry {
  public:
-  // `store` must outlive the registry.
-  NamespaceRegistry(BlockStore* store, std::string default_preset);
+  // `store` must outlive the registry. `limits` bound what a registration may cost
+  // (max_namespaces, max_descriptor_string_bytes, max_block_bytes, max_codec_setup_bytes).
+  NamespaceRegistry(BlockStore* store, std::string default_preset, LimitOptions limits = {});
 
   // Rebuilds every namespace the store knows (at start-up). DataLoss when a stored descriptor
-  // no longer parses or no longer hashes to its id.
+  // no longer parses or no longer hashes to its id. A stored namespace over the block or
+  // codec set-up limits is skipped with a warning (its blocks stay, unreachable until the
+  // limits allow it again).
   [[nodiscard]] absl::Status Load();
 
   struct Registered {
@@ -74,6 +78,9 @@ class NamespaceRegistry {
     bool created = false;
   };
   // Idempotent: the same canonical descriptor always gives the same namespace.
+  // InvalidArgument: bad descriptor, a string over max_descriptor_string_bytes, a raw or
+  // packed block over max_block_bytes, codec set-up over max_codec_setup_bytes (the message
+  // names both numbers). ResourceExhausted: max_namespaces reached.
   [[nodiscard]] absl::StatusOr<Registered> Register(const v1::NamespaceDescriptor& descriptor);
   // NotFound when the id is not registered.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Get(uint64_t id) const;
@@ -85,8 +92,13 @@ class NamespaceRegistry {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Build(
       const CanonicalNamespace& canonical, uint64_t id) const;
 
+  // InvalidArgument when the namespace would cost more than the limits allow (before any of
+  // it is built).
+  [[nodiscard]] absl::Status CheckCost(const CanonicalNamespace& canonical) const;
+
   BlockStore* const store_;
   const std::string default_preset_;
+  const LimitOptions limits_;
   std::mutex register_mu_;  // serializes Register/Drop against each other
   mutable std::mutex mu_;   // guards namespaces_
   absl::flat_hash_map<uint64_t, std::shared_ptr<const Namespace>> namespaces_;

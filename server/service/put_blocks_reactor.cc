@@ -1,5 +1,6 @@
 #include "server/service/put_blocks_reactor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -10,11 +11,17 @@
 namespace turbokv::server {
 namespace {
 
-// A batch goes to the pool once it holds this many bytes or blocks; a stream keeps at most
-// kMaxInFlight batches on the pool and stops reading while it has that many (backpressure).
-constexpr size_t kBatchBytes = size_t{16} << 20;
-constexpr size_t kBatchBlocks = 64;
-constexpr int kMaxInFlight = 2;
+// Budget taken before each read: one chunk of the API's largest size plus its header. A
+// larger message (the server accepts up to max_receive_message_bytes) is charged in full
+// once it is in.
+constexpr uint64_t kReadReserveBytes = (uint64_t{1} << 20) + 4096;
+// A stream stops reading while it holds this much (blocks received, not yet committed).
+constexpr uint64_t kStreamWindowBytes = uint64_t{64} << 20;
+// A commit takes at most this many bytes of ready blocks (one WriteBatch).
+constexpr uint64_t kCommitBytes = uint64_t{64} << 20;
+// Raw bytes of the smallest encode task: a chunk's sections are spread over tasks of at least
+// this size, so the pool's threads share one large block.
+constexpr size_t kTaskBytes = size_t{128} << 10;
 
 // Hex of a block hash for messages; a (malformed) hash longer than 32 bytes is cut short so a
 // hostile client cannot blow up the response.
@@ -30,11 +37,36 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-absl::Span<const uint8_t> Bytes(const std::string& s) {
+absl::Span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
 }  // namespace
+
+struct PutBlocksReactor::Block {
+  size_t index = 0;  // position in results_
+  std::string hash;
+  v1::Encoding encoding = v1::ENCODING_UNSPECIFIED;
+  uint64_t expected = 0;  // block_bytes, checked against the namespace
+  uint64_t received = 0;
+  // RAW: the packed block, written by the encode tasks (uninitialized until then).
+  std::unique_ptr<uint8_t[]> packed;
+  size_t packed_size = 0;
+  std::string carry;        // streaming RAW: the start of a section split across chunks
+  size_t next_section = 0;  // streaming RAW: first section not handed to a task yet
+  std::string data;         // PACKED, and RAW on the CUDA backend: the reassembled block
+  int tasks = 0;            // pool tasks of this block in flight
+  bool received_all = false;
+  bool ready = false;   // encoded / validated and sealed: may be committed
+  bool failed = false;  // has its (non-OK) result; dropped
+  uint64_t charge = 0;  // budget bytes held for it
+  std::atomic<bool> dead{false};  // failed: tasks still queued skip their work
+
+  std::string_view value() const {
+    if (encoding == v1::ENCODING_PACKED) return data;
+    return {reinterpret_cast<const char*>(packed.get()), packed_size};
+  }
+};
 
 absl::Status ValidatePackedBlock(const Namespace& ns, absl::Span<const uint8_t> packed) {
   absl::StatusOr<codec::PackedBlockInfo> info = codec::ParsePackedBlock(packed);
@@ -63,81 +95,118 @@ absl::Status ValidatePackedBlock(const Namespace& ns, absl::Span<const uint8_t> 
   return ns.codec.ValidatePackedValues(packed);
 }
 
-PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, v1::PutBlocksResponse* response)
-    : ctx_(ctx), response_(response), scope_(ctx, RpcMethod::kPutBlocks) {
+PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                                   v1::PutBlocksResponse* response)
+    : ctx_(ctx),
+      response_(response),
+      scope_(ctx, RpcMethod::kPutBlocks),
+      deadline_(context->deadline()) {
   if (ctx_->shutting_down.load()) {
     finished_ = true;
     Finish(scope_.Complete(ShuttingDown()));
     return;
   }
-  StartRead(&request_);
+  std::unique_lock<std::mutex> l(mu_);
+  Settle(l);
+}
+
+bool PutBlocksReactor::Abandoned() const {
+  return abandoned_.load() || std::chrono::system_clock::now() > deadline_;
 }
 
 void PutBlocksReactor::OnReadDone(bool ok) {
   std::unique_lock<std::mutex> l(mu_);
-  if (!ok) {
-    reading_done_ = true;
-    if (current_.has_value()) {
-      FailCurrent(absl::InvalidArgumentError(absl::StrCat(
-          "stream ended after ", current_->data.size(), " of ", current_->expected_bytes,
-          " bytes of block ", Hex(current_->hash), "; the block was not stored")));
+  try {
+    read_pending_ = false;
+    reserve_left_ = kReadReserveBytes;
+    if (!ok) {
+      reading_done_ = true;
+      if (current_ != nullptr) {
+        FailBlock(current_, absl::InvalidArgumentError(absl::StrCat(
+                                "stream ended after ", current_->received, " of ",
+                                current_->expected, " bytes of block ", Hex(current_->hash),
+                                "; the block was not stored")));
+        current_.reset();
+      }
+    } else {
+      HandleMessage(request_);
     }
-    SubmitBatch();
-  } else {
-    HandleMessage(request_);
-    if (!fatal_.ok()) {
-      reading_done_ = true;  // stop reading; the stream cannot be trusted any more
-    } else if (batch_bytes_ >= kBatchBytes || batch_.size() >= kBatchBlocks) {
-      SubmitBatch();
-    }
+    // What the message did not need of its reservation goes back.
+    held_bytes_ -= reserve_left_;
+    to_release_ += reserve_left_;
+    reserve_left_ = 0;
+  } catch (...) {
+    FailStream(CaughtException(ctx_, "PutBlocks OnReadDone", std::current_exception()));
   }
-  if (reading_done_) {
-    if (ReadyToFinish()) {
-      l.unlock();
-      FinishNow();
-    }
-    return;
-  }
-  if (in_flight_ >= kMaxInFlight) {
-    paused_ = true;
-    return;
-  }
-  l.unlock();
-  StartRead(&request_);
+  Settle(l);
 }
 
-void PutBlocksReactor::HandleMessage(const v1::PutBlocksRequest& req) {
+void PutBlocksReactor::OnCancel() {
+  std::unique_lock<std::mutex> l(mu_);
+  abandoned_ = true;
+  if (fatal_.ok()) fatal_ = absl::CancelledError("PutBlocks cancelled by the client");
+  const ByteBudget::Ticket t = ticket_;
+  l.unlock();
+  if (t != 0 && ctx_->budget->Cancel(t)) {
+    l.lock();
+    ticket_ = 0;
+    reading_done_ = true;
+    Settle(l);
+  }
+}
+
+void PutBlocksReactor::OnBudget(const absl::Status& status) {
+  std::unique_lock<std::mutex> l(mu_);
+  ticket_ = 0;
+  if (!status.ok()) {
+    FailStream(status);
+  } else if (fatal_.ok() && !reading_done_) {
+    held_bytes_ += kReadReserveBytes;
+    read_pending_ = true;
+    l.unlock();
+    StartRead(&request_);
+    return;
+  } else {
+    to_release_ += kReadReserveBytes;
+  }
+  Settle(l);
+}
+
+void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
   if (ns_ == nullptr) {
     absl::StatusOr<std::shared_ptr<const Namespace>> ns = ctx_->registry->Get(req.namespace_id());
     if (!ns.ok()) {
-      fatal_ = ns.status();
+      FailStream(ns.status());
       return;
     }
     ns_ = *std::move(ns);
+    streaming_encode_ = ctx_->backend.cuda == nullptr;
   } else if (req.namespace_id() != ns_->id) {
-    fatal_ = absl::InvalidArgumentError(absl::StrCat(
+    FailStream(absl::InvalidArgumentError(absl::StrCat(
         "namespace_id changed within the stream from ", absl::Hex(ns_->id, absl::kZeroPad16),
         " to ", absl::Hex(req.namespace_id(), absl::kZeroPad16),
-        "; one PutBlocks stream writes one namespace"));
+        "; one PutBlocks stream writes one namespace")));
     return;
   }
   const std::string& hash = req.block_hash();
-  if (current_.has_value()) {
-    if (hash == current_->hash && req.offset() == current_->data.size()) {
+  if (current_ != nullptr) {
+    if (hash == current_->hash && req.offset() == current_->received) {
       AppendChunk(req);
       return;
     }
     if (req.offset() == 0) {
-      FailCurrent(absl::InvalidArgumentError(absl::StrCat(
-          "block ", Hex(current_->hash), " ended after ", current_->data.size(), " of ",
-          current_->expected_bytes, " bytes (the next block started); it was not stored")));
+      FailBlock(current_, absl::InvalidArgumentError(absl::StrCat(
+                              "block ", Hex(current_->hash), " ended after ", current_->received,
+                              " of ", current_->expected,
+                              " bytes (the next block started); it was not stored")));
     } else {
       skip_hash_ = current_->hash;
-      FailCurrent(absl::InvalidArgumentError(
-          absl::StrCat("expected the chunk at offset ", current_->data.size(), " of block ",
-                       Hex(current_->hash), ", got offset ", req.offset(), " of block ", Hex(hash),
-                       "; chunks of a block must arrive in order")));
+      FailBlock(current_, absl::InvalidArgumentError(absl::StrCat(
+                              "expected the chunk at offset ", current_->received, " of block ",
+                              Hex(current_->hash), ", got offset ", req.offset(), " of block ",
+                              Hex(hash), "; chunks of a block must arrive in order")));
     }
+    current_.reset();
   }
   if (req.offset() != 0) {
     if (!skip_hash_.empty() && hash == skip_hash_) return;  // rest of a rejected block
@@ -151,7 +220,7 @@ void PutBlocksReactor::HandleMessage(const v1::PutBlocksRequest& req) {
   StartBlock(req);
 }
 
-void PutBlocksReactor::StartBlock(const v1::PutBlocksRequest& req) {
+void PutBlocksReactor::StartBlock(v1::PutBlocksRequest& req) {
   const std::string& hash = req.block_hash();
   absl::Status s = ValidateBlockHash(hash);
   uint64_t expected = 0;
@@ -183,39 +252,184 @@ void PutBlocksReactor::StartBlock(const v1::PutBlocksRequest& req) {
     AddResult(hash, s);
     return;
   }
-  Block block;
-  block.index = AddResult(hash, absl::OkStatus());
-  block.hash = hash;
-  block.encoding = req.encoding();
-  block.expected_bytes = expected;
-  block.data.reserve(expected);
-  current_ = std::move(block);
+  auto b = std::make_shared<Block>();
+  b->index = AddResult(hash, absl::OkStatus());
+  b->hash = hash;
+  b->encoding = req.encoding();
+  b->expected = expected;
+  pending_.push_back(b);
+  current_ = b;
   AppendChunk(req);
 }
 
-void PutBlocksReactor::AppendChunk(const v1::PutBlocksRequest& req) {
-  Block& b = *current_;
-  if ((req.block_bytes() != 0 && req.block_bytes() != b.expected_bytes) ||
-      (req.encoding() != v1::ENCODING_UNSPECIFIED && req.encoding() != b.encoding)) {
-    skip_hash_ = b.hash;
-    FailCurrent(absl::InvalidArgumentError(
-        absl::StrCat("chunk at offset ", req.offset(), " of block ", Hex(b.hash),
-                     " changes block_bytes or encoding from the block's first chunk")));
-    return;
-  }
-  if (b.data.size() + req.data().size() > b.expected_bytes) {
-    skip_hash_ = b.hash;
-    FailCurrent(absl::InvalidArgumentError(
-        absl::StrCat("chunk at offset ", req.offset(), " with ", req.data().size(),
-                     " bytes overruns block ", Hex(b.hash), " of block_bytes ", b.expected_bytes)));
-    return;
-  }
-  b.data.append(req.data());
-  if (b.data.size() == b.expected_bytes) {
-    batch_bytes_ += b.data.size();
-    batch_.push_back(std::move(b));
+void PutBlocksReactor::AppendChunk(v1::PutBlocksRequest& req) {
+  BlockPtr b = current_;
+  if ((req.block_bytes() != 0 && req.block_bytes() != b->expected) ||
+      (req.encoding() != v1::ENCODING_UNSPECIFIED && req.encoding() != b->encoding)) {
+    skip_hash_ = b->hash;
+    FailBlock(b, absl::InvalidArgumentError(
+                     absl::StrCat("chunk at offset ", req.offset(), " of block ", Hex(b->hash),
+                                  " changes block_bytes or encoding from the block's first chunk")));
     current_.reset();
+    return;
   }
+  const uint64_t n = req.data().size();
+  if (b->received + n > b->expected) {
+    skip_hash_ = b->hash;
+    FailBlock(b, absl::InvalidArgumentError(absl::StrCat(
+                     "chunk at offset ", req.offset(), " with ", n, " bytes overruns block ",
+                     Hex(b->hash), " of block_bytes ", b->expected)));
+    current_.reset();
+    return;
+  }
+  // The chunk's bytes move from the read reservation to the block.
+  if (n <= reserve_left_) {
+    reserve_left_ -= n;
+  } else {
+    ctx_->budget->Take(n - reserve_left_);
+    held_bytes_ += n - reserve_left_;
+    reserve_left_ = 0;
+  }
+  b->charge += n;
+  b->received += n;
+  std::string data = std::move(*req.mutable_data());  // no copy
+  if (b->encoding == v1::ENCODING_RAW && streaming_encode_) {
+    if (b->packed == nullptr) {
+      b->packed_size = ns_->codec.packed_bytes();
+      b->packed.reset(new uint8_t[b->packed_size]);  // not zero-filled: every byte is written
+      ctx_->budget->Take(b->packed_size);
+      held_bytes_ += b->packed_size;
+      b->charge += b->packed_size;
+    }
+    FeedSections(b, std::move(data));
+  } else if (b->data.empty()) {
+    b->data = std::move(data);
+  } else {
+    b->data.append(data);
+  }
+  if (b->received == b->expected) {
+    b->received_all = true;
+    current_.reset();
+    OnBlockReceived(b);
+  }
+}
+
+void PutBlocksReactor::FeedSections(const BlockPtr& b, std::string data) {
+  const size_t section = ns_->codec.section_raw_bytes();
+  auto chunk = std::make_shared<const std::string>(std::move(data));
+  size_t pos = 0;
+  if (!b->carry.empty()) {
+    pos = std::min(section - b->carry.size(), chunk->size());
+    b->carry.append(chunk->data(), pos);
+    if (b->carry.size() == section) {
+      auto whole = std::make_shared<const std::string>(std::move(b->carry));
+      b->carry = std::string();
+      SpawnEncode(b, whole, 0, section, b->next_section++);
+    }
+  }
+  size_t full = (chunk->size() - pos) / section;
+  if (full > 0) {
+    const size_t tasks = std::max<size_t>(1, full * section / kTaskBytes);
+    const size_t per_task = (full + tasks - 1) / tasks;
+    while (full > 0) {
+      const size_t k = std::min(full, per_task);
+      SpawnEncode(b, chunk, pos, k * section, b->next_section);
+      b->next_section += k;
+      pos += k * section;
+      full -= k;
+    }
+  }
+  if (pos < chunk->size()) b->carry.assign(chunk->data() + pos, chunk->size() - pos);
+}
+
+void PutBlocksReactor::SpawnEncode(const BlockPtr& b, std::shared_ptr<const std::string> data,
+                                   size_t offset, size_t bytes, size_t first_section) {
+  Spawn(b, [this, b, data = std::move(data), offset, bytes, first_section] {
+    EncodeTask(b, data, offset, bytes, first_section);
+  });
+}
+
+void PutBlocksReactor::Spawn(const BlockPtr& b, std::function<void()> task) {
+  if (b->failed) return;
+  ++b->tasks;
+  ++tasks_;
+  const bool queued = ctx_->pool->Submit(std::move(task), [this, b](const absl::Status& status) {
+    std::unique_lock<std::mutex> l(mu_);
+    ctx_->metrics->RecordInternalFailure();
+    TaskDone(b, status);
+    Settle(l);
+  });
+  if (!queued) {
+    --b->tasks;
+    --tasks_;
+    FailBlock(b, PoolFull(*ctx_->pool));
+  }
+}
+
+void PutBlocksReactor::OnBlockReceived(const BlockPtr& b) {
+  if (b->failed) return;
+  if (b->encoding == v1::ENCODING_RAW && streaming_encode_) {
+    MaybeReady(b);  // (when every section was encoded already)
+    return;
+  }
+  Spawn(b, [this, b] { WholeBlockTask(b); });
+}
+
+void PutBlocksReactor::EncodeTask(const BlockPtr& b, std::shared_ptr<const std::string> data,
+                                  size_t offset, size_t bytes, size_t first_section) {
+  absl::Status s;
+  if (!Abandoned() && !b->dead.load()) {
+    const auto start = std::chrono::steady_clock::now();
+    s = ns_->codec.EncodeSections(Bytes(std::string_view(*data).substr(offset, bytes)),
+                                  first_section, {b->packed.get(), b->packed_size},
+                                  ctx_->backend.cpu_isa);
+    ctx_->metrics->RecordCodec(CodecOp::kEncode, SecondsSince(start), bytes);
+  }
+  data.reset();  // the raw bytes are no longer needed
+  std::unique_lock<std::mutex> l(mu_);
+  TaskDone(b, s);
+  Settle(l);
+}
+
+void PutBlocksReactor::WholeBlockTask(const BlockPtr& b) {
+  absl::Status s;
+  if (!Abandoned() && !b->dead.load()) {
+    const auto start = std::chrono::steady_clock::now();
+    if (b->encoding == v1::ENCODING_PACKED) {
+      s = ValidatePackedBlock(*ns_, Bytes(b->data));
+      ctx_->metrics->RecordCodec(CodecOp::kVerify, SecondsSince(start), b->data.size());
+    } else {
+      // The CUDA backend encodes whole blocks.
+      auto packed = std::unique_ptr<uint8_t[]>(new uint8_t[ns_->codec.packed_bytes()]);
+      const absl::Span<const uint8_t> raw = Bytes(b->data);
+      const absl::Span<uint8_t> out(packed.get(), ns_->codec.packed_bytes());
+      s = EncodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&raw, 1),
+                       absl::MakeConstSpan(&out, 1))[0];
+      ctx_->metrics->RecordCodec(CodecOp::kEncode, SecondsSince(start), b->data.size());
+      std::unique_lock<std::mutex> l(mu_);
+      b->packed = std::move(packed);
+      b->packed_size = out.size();
+      std::string().swap(b->data);
+    }
+  }
+  std::unique_lock<std::mutex> l(mu_);
+  TaskDone(b, s);
+  Settle(l);
+}
+
+void PutBlocksReactor::TaskDone(const BlockPtr& b, const absl::Status& status) {
+  --b->tasks;
+  --tasks_;
+  if (!status.ok() && !b->failed) FailBlock(b, status);
+  MaybeReady(b);
+}
+
+void PutBlocksReactor::MaybeReady(const BlockPtr& b) {
+  if (b->failed || !b->received_all || b->tasks != 0 || b->ready) return;
+  if (b->encoding == v1::ENCODING_RAW && streaming_encode_) {
+    ns_->codec.SealPacked({b->packed.get(), b->packed_size});
+  }
+  b->ready = true;
 }
 
 size_t PutBlocksReactor::AddResult(const std::string& hash, const absl::Status& status) {
@@ -229,93 +443,130 @@ size_t PutBlocksReactor::AddResult(const std::string& hash, const absl::Status& 
   return results_.size() - 1;
 }
 
-void PutBlocksReactor::FailCurrent(const absl::Status& status) {
-  v1::BlockResult& r = results_[current_->index];
+void PutBlocksReactor::FailBlock(const BlockPtr& b, const absl::Status& status) {
+  if (b->failed) return;
+  b->failed = true;
+  b->dead = true;
+  v1::BlockResult& r = results_[b->index];
   r.set_code(static_cast<int32_t>(status.code()));
   r.set_message(std::string(status.message()));
-  current_.reset();
-}
-
-void PutBlocksReactor::SubmitBatch() {
-  if (batch_.empty()) return;
-  ++in_flight_;
-  std::vector<Block> blocks = std::move(batch_);
-  batch_.clear();
-  batch_bytes_ = 0;
-  ctx_->pool->Submit([this, blocks = std::move(blocks)]() mutable { RunBatch(std::move(blocks)); });
-}
-
-void PutBlocksReactor::RunBatch(std::vector<Block> blocks) {
-  const Namespace& ns = *ns_;  // set before any block is accepted, never changed after
-  std::vector<absl::Status> statuses(blocks.size());
-  std::vector<std::string> packed(blocks.size());
-
-  // RAW blocks: one encode batch (one launch on the GPU backend).
-  std::vector<size_t> raw_index;
-  std::vector<absl::Span<const uint8_t>> raws;
-  std::vector<absl::Span<uint8_t>> outs;
-  uint64_t raw_bytes = 0;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (blocks[i].encoding != v1::ENCODING_RAW) continue;
-    packed[i].resize(ns.codec.packed_bytes());
-    raw_index.push_back(i);
-    raws.push_back(Bytes(blocks[i].data));
-    outs.emplace_back(reinterpret_cast<uint8_t*>(packed[i].data()), packed[i].size());
-    raw_bytes += blocks[i].data.size();
+  held_bytes_ -= b->charge;
+  to_release_ += b->charge;
+  b->charge = 0;
+  if (b->tasks == 0) {  // nobody touches the buffers any more
+    b->packed.reset();
+    std::string().swap(b->data);
+    std::string().swap(b->carry);
   }
-  if (!raw_index.empty()) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<absl::Status> encoded = EncodeBlocks(ctx_->backend, ns.codec, raws, outs);
-    ctx_->metrics->RecordCodec(CodecOp::kEncode, SecondsSince(start), raw_bytes);
-    for (size_t j = 0; j < raw_index.size(); ++j) {
-      statuses[raw_index[j]] = std::move(encoded[j]);
-      std::string().swap(blocks[raw_index[j]].data);  // the raw copy is no longer needed
+}
+
+void PutBlocksReactor::FailStream(const absl::Status& status) {
+  if (fatal_.ok()) fatal_ = status;
+  reading_done_ = true;
+  abandoned_ = true;
+}
+
+void PutBlocksReactor::MaybeCommit() {
+  if (committing_ || !fatal_.ok()) return;
+  std::vector<BlockPtr> batch;
+  uint64_t bytes = 0;
+  while (!pending_.empty() && bytes < kCommitBytes) {
+    BlockPtr& b = pending_.front();
+    if (b->failed) {
+      pending_.pop_front();
+      continue;
     }
+    if (!b->ready) break;
+    bytes += b->value().size();
+    batch.push_back(std::move(b));
+    pending_.pop_front();
   }
-  // PACKED blocks: validated, then stored untouched.
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (blocks[i].encoding != v1::ENCODING_PACKED) continue;
-    const auto start = std::chrono::steady_clock::now();
-    statuses[i] = ValidatePackedBlock(ns, Bytes(blocks[i].data));
-    ctx_->metrics->RecordCodec(CodecOp::kVerify, SecondsSince(start), blocks[i].data.size());
-    packed[i] = std::move(blocks[i].data);
+  if (batch.empty()) return;
+  committing_ = true;
+  ++tasks_;
+  const bool queued = ctx_->io_pool->Submit(
+      [this, batch] { CommitTask(batch); },
+      [this, batch](const absl::Status& status) {
+        std::unique_lock<std::mutex> l(mu_);
+        ctx_->metrics->RecordInternalFailure();
+        for (const BlockPtr& b : batch) FailBlock(b, status);
+        committing_ = false;
+        --tasks_;
+        Settle(l);
+      });
+  if (!queued) {
+    committing_ = false;
+    --tasks_;
+    for (const BlockPtr& b : batch) FailBlock(b, PoolFull(*ctx_->io_pool));
   }
-  std::vector<BlockStore::BlockWrite> writes;
-  std::vector<size_t> written;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (!statuses[i].ok()) continue;
-    writes.push_back({blocks[i].hash, packed[i]});
-    written.push_back(i);
-  }
-  if (!writes.empty()) {
-    std::vector<absl::Status> put = ctx_->store->PutBlocks(ns.id, writes);
-    for (size_t j = 0; j < written.size(); ++j) statuses[written[j]] = put[j];
-  }
+}
 
+void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks) {
+  std::vector<absl::Status> statuses(blocks.size());
+  if (Abandoned()) {
+    std::fill(statuses.begin(), statuses.end(),
+              absl::CancelledError("the call was cancelled before its blocks were stored"));
+  } else {
+    std::vector<BlockStore::BlockWrite> writes;
+    writes.reserve(blocks.size());
+    for (const BlockPtr& b : blocks) writes.push_back({b->hash, b->value()});
+    statuses = ctx_->store->PutBlocks(ns_->id, writes);
+  }
   std::unique_lock<std::mutex> l(mu_);
   for (size_t i = 0; i < blocks.size(); ++i) {
-    v1::BlockResult& r = results_[blocks[i].index];
-    r.set_code(static_cast<int32_t>(statuses[i].code()));
-    r.set_message(std::string(statuses[i].message()));
-    if (statuses[i].ok()) r.set_stored_bytes(packed[i].size());
+    const BlockPtr& b = blocks[i];
+    if (!statuses[i].ok()) {
+      FailBlock(b, statuses[i]);
+      continue;
+    }
+    results_[b->index].set_stored_bytes(b->value().size());
+    held_bytes_ -= b->charge;
+    to_release_ += b->charge;
+    b->charge = 0;
+    b->packed.reset();
+    std::string().swap(b->data);
   }
-  --in_flight_;
-  if (ReadyToFinish()) {
-    l.unlock();
-    FinishNow();
-    return;
-  }
-  if (paused_ && !reading_done_) {
-    paused_ = false;
-    l.unlock();
-    StartRead(&request_);
-  }
+  committing_ = false;
+  --tasks_;
+  Settle(l);
 }
 
-bool PutBlocksReactor::ReadyToFinish() {
-  if (finished_ || !reading_done_ || in_flight_ > 0) return false;
-  finished_ = true;
-  return true;
+void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
+  MaybeCommit();
+  bool start_read = false;
+  if (!reading_done_ && fatal_.ok() && !read_pending_ && ticket_ == 0 && !finished_) {
+    if (held_bytes_ >= kStreamWindowBytes) {
+      paused_ = true;  // a commit resumes reading
+    } else {
+      paused_ = false;
+      const ByteBudget::Ticket t = ctx_->budget->Acquire(
+          kReadReserveBytes, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
+          [this](const absl::Status& status) { OnBudget(status); });
+      if (t == 0) {
+        held_bytes_ += kReadReserveBytes;
+        read_pending_ = true;
+        start_read = true;
+      } else {
+        ticket_ = t;
+      }
+    }
+  }
+  bool finish = false;
+  if (!finished_ && reading_done_ && !read_pending_ && ticket_ == 0 && tasks_ == 0 &&
+      !committing_ && (pending_.empty() || !fatal_.ok())) {
+    finished_ = true;
+    finish = true;
+    pending_.clear();
+    current_.reset();
+    to_release_ += held_bytes_;
+    held_bytes_ = 0;
+  }
+  const uint64_t release = to_release_;
+  to_release_ = 0;
+  l.unlock();
+  if (release != 0) ctx_->budget->Release(release);
+  if (start_read) StartRead(&request_);
+  if (finish) FinishNow();
 }
 
 void PutBlocksReactor::FinishNow() {

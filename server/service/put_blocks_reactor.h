@@ -1,21 +1,43 @@
-// PutBlocks: reassembles chunked blocks from the client stream, encodes RAW blocks / validates
-// PACKED ones on the worker pool, writes them in one WriteBatch per batch, and answers with one
-// BlockResult per block in stream order.
+// PutBlocks: receives chunked blocks from the client stream and stores them, acknowledging
+// each with one BlockResult in stream order.
+//
+// The path of a RAW block on the CPU codec: each chunk's payload is moved out of the request
+// (no copy) and its whole sections (one layer's K or V) are encoded on the codec pool as soon
+// as the chunk arrives, straight into the block's packed buffer, several tasks per chunk, so
+// a large block's layers are encoded in parallel while the rest of it is still on the wire.
+// Only a section split across two chunks is copied (once). The last task seals the block
+// (header, checksum). PACKED blocks (and RAW ones on the CUDA backend) are reassembled and
+// validated (or encoded) on the pool when complete.
+//
+// Order: blocks are committed to the store in stream order, one commit in flight per stream,
+// each commit the whole ready prefix as one WriteBatch on the I/O pool. So within a stream the
+// later put of a hash always wins, and across streams the last acknowledged put wins (a stream
+// is acknowledged only after its commits). Concurrent streams commit concurrently (RocksDB
+// group-commits them); the store keeps each block whole.
+//
+// Memory: every chunk is charged to the server-wide in-flight budget (ServiceContext::budget)
+// before it is read, and released when its block is committed or dropped; buffers grow with
+// the bytes received, never with what a client declares. A stream also stops reading while it
+// holds kStreamWindowBytes. A stream that cannot get budget within
+// limits.admission_timeout_ms fails with RESOURCE_EXHAUSTED.
 //
 // Per-block problems are per-block results (the RPC itself is OK): a hash outside 8..32 bytes,
 // an encoding other than RAW/PACKED, block_bytes that is not the namespace's raw/packed size,
 // chunks out of order or overrunning the block, a block cut short by the next block or by the
 // end of the stream (INVALID_ARGUMENT; the block is not stored), a malformed packed block
-// (INVALID_ARGUMENT or DATA_LOSS), no room (RESOURCE_EXHAUSTED).
-// The RPC fails only when the stream as a whole is unusable: unknown namespace (NOT_FOUND),
-// namespace_id changing within the stream (INVALID_ARGUMENT), shutdown (UNAVAILABLE). Blocks of
-// a failed RPC may have been stored but are not acknowledged.
+// (INVALID_ARGUMENT or DATA_LOSS), no room (RESOURCE_EXHAUSTED), a full worker queue
+// (RESOURCE_EXHAUSTED). The RPC fails only when the stream as a whole is unusable: unknown
+// namespace (NOT_FOUND), namespace_id changing within the stream (INVALID_ARGUMENT), no
+// in-flight budget (RESOURCE_EXHAUSTED), shutdown (UNAVAILABLE), a bug caught by the exception
+// barrier (INTERNAL). Blocks of a failed RPC may have been stored but are not acknowledged.
 #ifndef TURBOKV_SERVER_SERVICE_PUT_BLOCKS_REACTOR_H_
 #define TURBOKV_SERVER_SERVICE_PUT_BLOCKS_REACTOR_H_
 
+#include <atomic>
+#include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,47 +54,66 @@ namespace turbokv::server {
 
 class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksRequest> {
  public:
-  PutBlocksReactor(ServiceContext* ctx, v1::PutBlocksResponse* response);
+  PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                   v1::PutBlocksResponse* response);
 
   void OnReadDone(bool ok) override;
-  void OnCancel() override {}
+  void OnCancel() override;
   void OnDone() override { delete this; }
 
  private:
-  struct Block {
-    size_t index = 0;  // position in results_
-    std::string hash;
-    v1::Encoding encoding = v1::ENCODING_UNSPECIFIED;
-    uint64_t expected_bytes = 0;
-    std::string data;
-  };
+  struct Block;
+  using BlockPtr = std::shared_ptr<Block>;
 
-  // All below require mu_.
-  void HandleMessage(const v1::PutBlocksRequest& req);
-  void StartBlock(const v1::PutBlocksRequest& req);
-  void AppendChunk(const v1::PutBlocksRequest& req);
+  // All below require mu_ unless noted.
+  void HandleMessage(v1::PutBlocksRequest& req);
+  void StartBlock(v1::PutBlocksRequest& req);
+  void AppendChunk(v1::PutBlocksRequest& req);
+  void FeedSections(const BlockPtr& b, std::string data);
+  void SpawnEncode(const BlockPtr& b, std::shared_ptr<const std::string> data, size_t offset,
+                   size_t bytes, size_t first_section);
+  void OnBlockReceived(const BlockPtr& b);
+  void Spawn(const BlockPtr& b, std::function<void()> task);
+  void TaskDone(const BlockPtr& b, const absl::Status& status);
+  void MaybeReady(const BlockPtr& b);  // seals and marks ready once whole and encoded
   size_t AddResult(const std::string& hash, const absl::Status& status);
-  void FailCurrent(const absl::Status& status);
-  void SubmitBatch();
-  // True when the call should be finished now (and marks it finished).
-  bool ReadyToFinish();
-  void FinishNow();
+  void FailBlock(const BlockPtr& b, const absl::Status& status);
+  void FailStream(const absl::Status& status);
+  void MaybeCommit();
+  // After every event: commits what is ready, starts the next read (taking budget first) or
+  // pauses, finishes the call once nothing is in flight, and releases budget. Unlocks `l`.
+  void Settle(std::unique_lock<std::mutex>& l);
+  void FinishNow();  // without mu_, once
 
-  void RunBatch(std::vector<Block> blocks);  // on the pool
+  // Without mu_.
+  void OnBudget(const absl::Status& status);
+  void EncodeTask(const BlockPtr& b, std::shared_ptr<const std::string> data, size_t offset,
+                  size_t bytes, size_t first_section);
+  void WholeBlockTask(const BlockPtr& b);
+  void CommitTask(std::vector<BlockPtr> blocks);
+  bool Abandoned() const;  // cancelled, past the deadline, or failed as a whole
 
   ServiceContext* const ctx_;
   v1::PutBlocksResponse* const response_;
   RpcScope scope_;
+  const std::chrono::system_clock::time_point deadline_;
+  std::atomic<bool> abandoned_{false};
 
   std::mutex mu_;
   v1::PutBlocksRequest request_;
   std::shared_ptr<const Namespace> ns_;
-  std::optional<Block> current_;
-  std::string skip_hash_;  // later chunks of a rejected block are dropped silently
-  std::vector<Block> batch_;
-  size_t batch_bytes_ = 0;
+  bool streaming_encode_ = false;  // RAW on the CPU codec: encode sections as chunks arrive
+  BlockPtr current_;
+  std::string skip_hash_;          // later chunks of a rejected block are dropped silently
+  std::deque<BlockPtr> pending_;   // accepted blocks not yet committed, in stream order
   std::vector<v1::BlockResult> results_;
-  int in_flight_ = 0;
+  uint64_t held_bytes_ = 0;        // budget bytes this stream holds
+  uint64_t reserve_left_ = 0;      // of the read reservation, not yet given to a block
+  uint64_t to_release_ = 0;        // budget bytes to give back (outside mu_)
+  ByteBudget::Ticket ticket_ = 0;  // waiting for budget
+  int tasks_ = 0;                  // pool tasks in flight (encode, validate, commit)
+  bool committing_ = false;
+  bool read_pending_ = false;
   bool paused_ = false;
   bool reading_done_ = false;
   bool finished_ = false;

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace turbokv::server {
@@ -28,5 +29,25 @@ grpc::Status RpcScope::Complete(const absl::Status& status) {
 }
 
 absl::Status ShuttingDown() { return absl::UnavailableError("turbokv-server is shutting down"); }
+
+absl::Status CaughtException(ServiceContext* ctx, const char* where, std::exception_ptr e) {
+  std::string what = "an exception that is not a std::exception";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    what = ex.what();
+  } catch (...) {
+  }
+  if (ctx != nullptr && ctx->metrics != nullptr) ctx->metrics->RecordInternalFailure();
+  spdlog::error("turbokv-server bug: {} threw: {}", where, what);
+  return absl::InternalError(absl::StrCat("turbokv-server bug: ", where, " threw: ", what));
+}
+
+absl::Status CheckHashCount(const ServiceContext& ctx, size_t count) {
+  if (count <= ctx.limits.max_hashes_per_call) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(count, " block hashes in one call; at most ", ctx.limits.max_hashes_per_call,
+                   " are allowed (--max-hashes-per-call): split the call"));
+}
 
 }  // namespace turbokv::server

@@ -5,11 +5,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <string>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
 #include "server/metrics/metrics.h"
+#include "server/server_options.h"
+#include "server/service/byte_budget.h"
 #include "server/service/codec_backend.h"
 #include "server/service/codec_pool.h"
 #include "server/service/namespace_registry.h"
@@ -21,9 +24,12 @@ namespace turbokv::server {
 struct ServiceContext {
   BlockStore* store = nullptr;
   NamespaceRegistry* registry = nullptr;
-  CodecPool* pool = nullptr;
+  CodecPool* pool = nullptr;     // codec work (encode, decode, verify)
+  CodecPool* io_pool = nullptr;  // RocksDB reads and writes, unary calls
+  ByteBudget* budget = nullptr;  // server-wide request bytes in flight
   Metrics* metrics = nullptr;
   CodecBackend backend;
+  LimitOptions limits;
   std::atomic<bool> shutting_down{false};
 };
 
@@ -37,6 +43,7 @@ class RpcScope {
       : ctx_(ctx), method_(method), start_(std::chrono::steady_clock::now()) {}
   // Records metrics, logs non-OK statuses (one line), returns the gRPC status to Finish with.
   grpc::Status Complete(const absl::Status& status);
+  RpcMethod method() const { return method_; }
 
  private:
   ServiceContext* ctx_;
@@ -46,6 +53,23 @@ class RpcScope {
 
 // UNAVAILABLE used once shutdown has begun.
 absl::Status ShuttingDown();
+
+// The exception barrier of reactor callbacks: INTERNAL (logged, counted) for an exception
+// that escaped `where` of `method`; nothing else throws in turbokv, so this is a bug report.
+absl::Status CaughtException(ServiceContext* ctx, const char* where, std::exception_ptr e);
+
+// Runs fn() (returning absl::Status) inside the exception barrier.
+template <typename Fn>
+absl::Status Guarded(ServiceContext* ctx, const char* where, Fn&& fn) {
+  try {
+    return fn();
+  } catch (...) {
+    return CaughtException(ctx, where, std::current_exception());
+  }
+}
+
+// RESOURCE_EXHAUSTED when a call names more than limits.max_hashes_per_call hashes.
+absl::Status CheckHashCount(const ServiceContext& ctx, size_t count);
 
 }  // namespace turbokv::server
 

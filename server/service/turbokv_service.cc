@@ -39,11 +39,26 @@ grpc::ServerUnaryReactor* TurboKvService::Unary(grpc::CallbackServerContext* con
   auto scope = std::make_shared<RpcScope>(ctx_, method);
   if (ctx_->shutting_down.load()) {
     reactor->Finish(scope->Complete(ShuttingDown()));
-  } else if (where == Where::kInline) {
-    reactor->Finish(scope->Complete(fn()));
-  } else {
-    ctx_->pool->Submit(
-        [reactor, scope, fn = std::move(fn)] { reactor->Finish(scope->Complete(fn())); });
+    return reactor;
+  }
+  // Runs fn inside the exception barrier; a call cancelled (or past its deadline) while it
+  // waited in the queue is answered without running it.
+  auto run = [this, reactor, scope, context, fn = std::move(fn)] {
+    absl::Status s;
+    if (context->IsCancelled()) {
+      s = absl::CancelledError(
+          absl::StrCat(RpcMethodName(scope->method()), " cancelled before it ran"));
+    } else {
+      s = Guarded(ctx_, RpcMethodName(scope->method()), fn);
+    }
+    reactor->Finish(scope->Complete(s));
+  };
+  if (where == Where::kInline) {
+    run();
+  } else if (!ctx_->io_pool->Submit(run, [reactor, scope](const absl::Status& s) {
+               reactor->Finish(scope->Complete(s));
+             })) {
+    reactor->Finish(scope->Complete(PoolFull(*ctx_->io_pool)));
   }
   return reactor;
 }
@@ -70,8 +85,8 @@ grpc::ServerUnaryReactor* TurboKvService::RegisterNamespace(
 }
 
 grpc::ServerReadReactor<v1::PutBlocksRequest>* TurboKvService::PutBlocks(
-    grpc::CallbackServerContext* /*context*/, v1::PutBlocksResponse* response) {
-  return new PutBlocksReactor(ctx_, response);
+    grpc::CallbackServerContext* context, v1::PutBlocksResponse* response) {
+  return new PutBlocksReactor(ctx_, context, response);
 }
 
 grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* context,
@@ -82,6 +97,12 @@ grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* co
                [this, request, response]() -> absl::Status {
                  TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
                                           ctx_->registry->Get(request->namespace_id()));
+                 TURBOKV_RETURN_IF_ERROR(CheckHashCount(*ctx_, request->block_hashes_size()));
+                 if (request->lease_seconds() > ctx_->limits.max_lease_seconds) {
+                   return absl::InvalidArgumentError(absl::StrCat(
+                       "lease_seconds ", request->lease_seconds(), " is over the server's limit ",
+                       ctx_->limits.max_lease_seconds, " (--max-lease-seconds)"));
+                 }
                  TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
                                           HashViews(request->block_hashes()));
                  TURBOKV_ASSIGN_OR_RETURN(
@@ -95,8 +116,8 @@ grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* co
 }
 
 grpc::ServerWriteReactor<v1::GetBlocksResponse>* TurboKvService::GetBlocks(
-    grpc::CallbackServerContext* /*context*/, const v1::GetBlocksRequest* request) {
-  return new GetBlocksReactor(ctx_, request);
+    grpc::CallbackServerContext* context, const v1::GetBlocksRequest* request) {
+  return new GetBlocksReactor(ctx_, context, request);
 }
 
 grpc::ServerUnaryReactor* TurboKvService::DeleteBlocks(grpc::CallbackServerContext* context,
@@ -106,6 +127,7 @@ grpc::ServerUnaryReactor* TurboKvService::DeleteBlocks(grpc::CallbackServerConte
       context, RpcMethod::kDeleteBlocks, Where::kPool, [this, request, response]() -> absl::Status {
         TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
                                  ctx_->registry->Get(request->namespace_id()));
+        TURBOKV_RETURN_IF_ERROR(CheckHashCount(*ctx_, request->block_hashes_size()));
         TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
                                  HashViews(request->block_hashes()));
         TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, ctx_->store->DeleteBlocks(ns->id, hashes));
@@ -127,9 +149,10 @@ grpc::ServerUnaryReactor* TurboKvService::DropNamespace(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* TurboKvService::Stats(grpc::CallbackServerContext* context,
-                                                const v1::StatsRequest* /*request*/,
+                                                const v1::StatsRequest* request,
                                                 v1::StatsResponse* response) {
-  return Unary(context, RpcMethod::kStats, Where::kInline, [this, response]() -> absl::Status {
+  return Unary(context, RpcMethod::kStats, Where::kInline, [this, request,
+                                                            response]() -> absl::Status {
     const StoreStats s = ctx_->store->Stats();
     response->set_capacity_bytes(s.capacity_bytes);
     response->set_used_bytes(s.used_bytes);
@@ -141,7 +164,14 @@ grpc::ServerUnaryReactor* TurboKvService::Stats(grpc::CallbackServerContext* con
     response->set_codec_backend(ctx_->backend.name);
     response->set_durability(std::string(DurabilityName(ctx_->store->options().durability)));
     response->set_version(version_);
+    // One page of namespaces (sorted by id): a response stays small however many there are.
+    const uint32_t page = ctx_->limits.max_stats_namespaces;
     for (const NamespaceStatsEntry& n : s.namespaces) {
+      if (request->has_page_after() && n.record.id <= request->page_after()) continue;
+      if (static_cast<uint32_t>(response->namespaces_size()) == page) {
+        response->set_next_page_after(response->namespaces(page - 1).namespace_id());
+        break;
+      }
       v1::NamespaceStats* out = response->add_namespaces();
       out->set_namespace_id(n.record.id);
       if (auto ns = ctx_->registry->Get(n.record.id); ns.ok()) {

@@ -132,6 +132,7 @@ class ServerProcess {
   v1::TurboKV::Stub& stub() { return *stub_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   int metrics_port() const { return metrics_port_; }
   std::string log_path() const { return (dir_ / "server.log").string(); }
   std::string Log() const {

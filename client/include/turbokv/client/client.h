@@ -256,6 +256,8 @@ class Client {
   [[nodiscard]] absl::StatusOr<uint64_t> DropNamespace(uint64_t namespace_id,
                                                        const CallOptions& call = {}) const;
 
+  // Server-wide figures and every namespace (the server sends them in pages; this follows
+  // all pages within the one deadline).
   [[nodiscard]] absl::StatusOr<ServerStats> Stats(const CallOptions& call = {}) const;
 
  private:
