@@ -14,7 +14,8 @@ log() { echo "[setup $(date +%H:%M:%S)] $*"; }
 APT_PACKAGES=(build-essential cmake pkg-config git ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   librocksdb-dev prometheus-cpp-dev libxxhash-dev libzstd-dev libgtest-dev libgmock-dev
-  libbenchmark-dev libspdlog-dev libcli11-dev libssl-dev clang libclang-rt-14-dev)
+  libbenchmark-dev libspdlog-dev libcli11-dev libssl-dev clang libclang-rt-14-dev
+  libhiredis-dev redis-server)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
