@@ -532,6 +532,8 @@ void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks) {
 }
 
 void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
+  // A stream that failed as a whole (or was cancelled) reads no more, even when it was paused.
+  if (!fatal_.ok() && !read_pending_) reading_done_ = true;
   MaybeCommit();
   bool start_read = false;
   if (!reading_done_ && fatal_.ok() && !read_pending_ && ticket_ == 0 && !finished_) {
