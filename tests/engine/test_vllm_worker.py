@@ -1,0 +1,134 @@
+"""The connector's worker side against a real turbokv-server, without an engine: block-id
+mapping (turbokv block = 2 vLLM blocks = 4 kernel blocks here), saves, loads after a local
+prefix hit, and the failure paths (a block gone from the chain, a server that stops answering)
+that must cost a miss and name exactly the vLLM blocks to recompute.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import ServerProcess  # noqa: E402
+from turbokv import Client, PrefixHasher  # noqa: E402
+from turbokv.integrations.vllm_layout import ContentSplitLayout  # noqa: E402
+from turbokv.integrations.vllm_store import Counters, Health, Namespaces, NamespaceShape  # noqa: E402
+from turbokv.integrations.vllm_worker import LoadSpec, SaveSpec, WorkerSide  # noqa: E402
+
+L, H, D = 2, 2, 64
+KERNEL, VBLOCK, BT = 32, 64, 128          # kernel block, vLLM block, turbokv block (tokens)
+NUM_KERNEL_BLOCKS = 24
+
+
+@pytest.fixture
+def server(tmp_path, server_binary):
+    s = ServerProcess(server_binary, str(tmp_path / "data"), str(tmp_path / "server.log")).start()
+    yield s
+    if s.proc is not None:
+        os.kill(s.proc.pid, signal.SIGCONT)
+    s.stop()
+
+
+def _setup(address, layers, load_timeout=5.0):
+    client = Client(address, timeout=5.0, max_attempts=1)
+    shape = NamespaceShape(model="worker-test", model_revision="", num_layers=L, num_kv_heads=H,
+                           head_dim=D, block_tokens=BT, dtype="fp32", tp_size=1, preset="raw")
+    health = Health(0.2, "worker")
+    counters = Counters()
+    ns = Namespaces(client, shape, health, timeout=5.0)
+    lay = ContentSplitLayout(D)
+    worker = WorkerSide(client, ns, shape, 0, [("l%d" % i, kv, lay) for i, kv in enumerate(layers)],
+                        VBLOCK, load_timeout, 5.0, 64 << 20, health, counters)
+    return client, ns, worker, counters
+
+
+def _tokens_of(kv, vblocks):
+    """K and V of the tokens of vLLM blocks ``vblocks`` of one layer: [T][H][D] each."""
+    key_cache, value_cache = kv.transpose(1, 2).split(D, dim=-1)        # [B][N][H][D]
+    kids = [b * 2 + i for b in vblocks for i in range(2)]
+    return (torch.cat([key_cache[k] for k in kids]), torch.cat([value_cache[k] for k in kids]))
+
+
+def _layers(seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn((NUM_KERNEL_BLOCKS, H, KERNEL, 2 * D), generator=g) for _ in range(L)]
+
+
+def test_save_then_load_after_a_local_hit(server):
+    src = _layers(1)
+    client, ns, worker, counters = _setup(server.address, src)
+    ns_id = ns.get("", 0)
+    tokens = list(range(1000, 1000 + 3 * BT))
+    hashes = PrefixHasher(ns_id).block_hashes(tokens, BT)
+    vblocks = [5, 2, 7, 1, 0, 3]                           # 3 turbokv blocks
+    worker.save([SaveSpec("r1", "", [ns_id], [hashes], vblocks)])
+    assert worker.wait_idle(30)
+    assert counters.totals().get("save.ok") == 3
+    stored = client.get_blocks(ns_id, hashes)
+    for j in range(3):
+        for li in range(L):
+            k, v = _tokens_of(src[li], vblocks[2 * j:2 * j + 2])
+            assert np.array_equal(stored[j][li, 0], k.numpy())
+            assert np.array_equal(stored[j][li, 1], v.numpy())
+
+    # A fresh engine whose own prefix cache already holds the first vLLM block (64 tokens):
+    # fetch all 3 turbokv blocks, write the 5 other vLLM blocks into new block ids.
+    dst = [torch.zeros_like(t) for t in src]
+    _, _, worker2, counters2 = _setup(server.address, dst)
+    target = [9, 4, 11, 6, 8]
+    worker2.start_loads([LoadSpec("r2", "", [ns_id], [hashes], VBLOCK, target)])
+    assert worker2.wait_idle(30)
+    assert worker2.finished_loads() == {"r2"}
+    assert worker2.take_invalid() == set()
+    for li in range(L):
+        want_k, want_v = _tokens_of(src[li], vblocks[1:])
+        got_k, got_v = _tokens_of(dst[li], target)
+        assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+        untouched = [b for b in range(NUM_KERNEL_BLOCKS // 2) if b not in target]
+        assert not dst[li].view(NUM_KERNEL_BLOCKS // 2, -1)[untouched].any()
+    assert counters2.totals()["load.ok"] == 3
+
+
+def test_a_block_gone_from_the_chain_invalidates_it_and_what_follows(server):
+    src = _layers(2)
+    client, ns, worker, counters = _setup(server.address, src)
+    ns_id = ns.get("", 0)
+    hashes = PrefixHasher(ns_id).block_hashes(list(range(3 * BT)), BT)
+    worker.save([SaveSpec("r1", "", [ns_id], [hashes], [0, 1, 2, 3, 4, 5])])
+    assert worker.wait_idle(30)
+    assert client.delete_blocks(ns_id, [hashes[1]]) == 1
+    dst = [torch.zeros_like(t) for t in src]
+    _, _, worker2, counters2 = _setup(server.address, dst)
+    worker2.start_loads([LoadSpec("r2", "", [ns_id], [hashes], 0, [6, 7, 8, 9, 10, 11])])
+    assert worker2.wait_idle(30)
+    assert worker2.finished_loads() == {"r2"}
+    assert worker2.take_invalid() == {8, 9, 10, 11}         # turbokv blocks 1 and 2
+    k, _ = _tokens_of(dst[0], [6, 7])
+    assert torch.equal(k, _tokens_of(src[0], [0, 1])[0])     # block 0 was still written
+    assert counters2.totals()["load.miss"] == 2
+
+
+def test_a_server_that_stops_answering_costs_a_miss_then_is_skipped(server):
+    src = _layers(3)
+    _, ns, worker, counters = _setup(server.address, src, load_timeout=0.5)
+    ns_id = ns.get("", 0)
+    hashes = PrefixHasher(ns_id).block_hashes(list(range(BT)), BT)
+    os.kill(server.proc.pid, signal.SIGSTOP)                 # accepts, never answers
+    try:
+        worker.start_loads([LoadSpec("r1", "", [ns_id], [hashes], 0, [0, 1])])
+        assert worker.wait_idle(30)
+        assert worker.finished_loads() == {"r1"}
+        assert worker.take_invalid() == {0, 1}
+        assert counters.totals()["load.error"] == 1
+        # The next load within retry_after_s does not wait on the server again.
+        worker.start_loads([LoadSpec("r2", "", [ns_id], [hashes], 0, [2, 3])])
+        assert worker.wait_idle(30)
+        assert worker.finished_loads() == {"r2"}
+        assert worker.take_invalid() == {2, 3}
+        assert counters.totals()["load.skipped_unavailable"] == 1
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
