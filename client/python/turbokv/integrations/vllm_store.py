@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Dict, Optional, Tuple
 
-import grpc
+from turbokv.errors import StatusCode
 
 # A child of vLLM's "vllm" logger, so lines come out with vLLM's format and level.
 logger = logging.getLogger("vllm.turbokv")
@@ -127,11 +127,11 @@ def make_client(opts: ConnectorOptions, timeout: float):
 def failure_reason(err: BaseException) -> str:
     """A bounded label for a failed call: unavailable, deadline, full, not_found, corrupt, other."""
     code = getattr(err, "code", None)
-    return {grpc.StatusCode.UNAVAILABLE: "unavailable",
-            grpc.StatusCode.DEADLINE_EXCEEDED: "deadline",
-            grpc.StatusCode.RESOURCE_EXHAUSTED: "full",
-            grpc.StatusCode.NOT_FOUND: "not_found",
-            grpc.StatusCode.DATA_LOSS: "corrupt"}.get(code, "other")
+    return {StatusCode.UNAVAILABLE: "unavailable",
+            StatusCode.DEADLINE_EXCEEDED: "deadline",
+            StatusCode.RESOURCE_EXHAUSTED: "full",
+            StatusCode.NOT_FOUND: "not_found",
+            StatusCode.DATA_LOSS: "corrupt"}.get(code, "other")
 
 
 class Health:
@@ -210,7 +210,7 @@ class Namespaces:
                 preset=s.preset, model_revision=s.model_revision, tp_rank=tp_rank,
                 tp_size=s.tp_size, cache_salt=salt, timeout=self._timeout)
         except Exception as e:  # noqa: BLE001 - a failed registration is a miss
-            if getattr(e, "code", None) == grpc.StatusCode.INVALID_ARGUMENT:
+            if getattr(e, "code", None) == StatusCode.INVALID_ARGUMENT:
                 logger.error("turbokv: the server refused namespace %s: %s", s, _short(e))
             self._health.failed(e)
             return None

@@ -20,7 +20,6 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-import numpy as np
 import torch
 
 from .vllm_layout import PagedLayout
@@ -53,24 +52,11 @@ class SaveSpec:
     block_ids: List[int]
 
 
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A CPU tensor as numpy without a copy (bf16 as its uint16 bit patterns)."""
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
-    return t.numpy()
-
-
-def from_numpy(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
 @dataclasses.dataclass
 class _LoadResult:
     spec: LoadSpec
-    blocks: List[np.ndarray]          # the good leading blocks
-    wanted: int                       # blocks asked for
+    data: Optional[torch.Tensor] = None   # [n][L][2][bt][H][D], host (pinned with CUDA)
+    good: int = 0                         # leading blocks of data that arrived intact
 
 
 class WorkerSide:
@@ -126,7 +112,7 @@ class WorkerSide:
 
     def _fetch(self, spec: LoadSpec) -> _LoadResult:
         hashes = spec.hashes[self._rank]
-        res = _LoadResult(spec, [], len(hashes))
+        res = _LoadResult(spec)
         if not self._health.available():
             self._counters.add("load.error", len(hashes))
             self._counters.add("load.skipped_unavailable", len(hashes))
@@ -140,8 +126,13 @@ class WorkerSide:
             self._counters.add("load.error", len(hashes))
             return res
         t0 = time.monotonic()
+        s = self._shape
+        buf = torch.empty((len(hashes), s.num_layers, 2, s.block_tokens, s.num_kv_heads,
+                           s.head_dim), dtype=self._dtype,
+                          pin_memory=self._device.type == "cuda")
         try:
-            got = self._client.get_blocks(ns, hashes, timeout=self._load_timeout)
+            # Decoded by the server straight into buf (the client's caller-owned buffers).
+            got = self._client.get_blocks(ns, hashes, timeout=self._load_timeout, out=buf)
         except Exception as e:  # noqa: BLE001 - any failure is a miss
             self._health.failed(e)
             if failure_reason(e) == "not_found":
@@ -149,20 +140,21 @@ class WorkerSide:
             self._counters.add("load.error", len(hashes))
             return res
         self._health.ok()
+        res.data = buf
         for i, b in enumerate(got):
             if b is None:
                 logger.warning("turbokv: block %d of %d for request %s is gone (evicted or "
                                "corrupt); recomputing from there", i, len(hashes), spec.req_id)
                 self._counters.add("load.miss", len(hashes) - i)
                 break
-            if b.dtype.kind == "f" and not np.isfinite(b).all():
+            if not bool(torch.isfinite(buf[i]).all()):
                 logger.warning("turbokv: block %d for request %s has non-finite values; "
                                "recomputing from there", i, spec.req_id)
                 self._counters.add("load.corrupt", len(hashes) - i)
                 break
-            res.blocks.append(b)
-        self._counters.add("load.ok", len(res.blocks))
-        self._counters.add("load.bytes", sum(b.nbytes for b in res.blocks))
+            res.good = i + 1
+        self._counters.add("load.ok", res.good)
+        self._counters.add("load.bytes", res.good * s.raw_block_bytes())
         self._counters.add("load.seconds", time.monotonic() - t0)
         return res
 
@@ -184,14 +176,14 @@ class WorkerSide:
     def _inject(self, res: _LoadResult) -> None:
         spec = res.spec
         skip_blocks = spec.skip_tokens // self._vbs          # vLLM blocks not to write
-        good_vblocks = len(res.blocks) * self._per_block - skip_blocks
+        good_vblocks = res.good * self._per_block - skip_blocks
         good_vblocks = max(0, min(good_vblocks, len(spec.block_ids)))
         self._invalid.update(spec.block_ids[good_vblocks:])
         if good_vblocks == 0:
             return
-        data = from_numpy(np.stack(res.blocks), self._dtype)  # [n][L][2][bt][H][D]
+        data = res.data[:res.good]                            # [n][L][2][bt][H][D]
         if data.device != self._device:
-            data = data.to(self._device, non_blocking=False)
+            data = data.to(self._device, non_blocking=True)  # pinned: ordered on the stream
         h, d = data.shape[4], data.shape[5]
         kernel_bs = self._vbs // self._split
         first = skip_blocks * self._split                     # kernel blocks to skip
@@ -262,7 +254,7 @@ class WorkerSide:
                 self._counters.add("save.error", len(hashes))
                 return
             try:
-                results = self._client.put_blocks(ns, hashes, to_numpy(staged),
+                results = self._client.put_blocks(ns, hashes, staged,   # read in place
                                                   timeout=self._save_timeout)
             except Exception as e:  # noqa: BLE001 - a failed save only costs a future miss
                 self._health.failed(e)
