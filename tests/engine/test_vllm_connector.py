@@ -30,7 +30,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, ServerProcess
+from conftest import REPO, STUBS_DIR, ServerProcess
 
 pytest.importorskip("torch")
 pytest.importorskip("vllm")
@@ -79,7 +79,8 @@ def _env():
     env.update({"VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                 "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
                 "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-                "PYTHONPATH": os.path.join(REPO, "client", "python")})
+                "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "client", "python"),
+                                               STUBS_DIR])})
     # vLLM's CPU worker keeps one thread on a 2-core machine unless told otherwise.
     env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
     return env
@@ -208,7 +209,7 @@ def _reference_errors(prefix, stored):
     RoPE) and V that the project's numpy model computes from the GGUF for the same tokens;
     plus the error K would have if read untransposed from vLLM's CPU tiles (what a layout
     mistake looks like)."""
-    from turbokv.models import load_model
+    from numpy_llm import load_model
     model = load_model("smollm2", kv_layout="hf", download=False)
     n_blocks = PREFIX // BLOCK
     assert all(b is not None for b in stored[:n_blocks])

@@ -14,7 +14,8 @@ wall time of a 1-token request), ``wall_s``; then ``external_hit_tokens`` (vLLM'
 ``startup_s``.
 
 Environment the caller sets: VLLM_HOST_IP=127.0.0.1 (keep vLLM on loopback), HF_HUB_OFFLINE=1,
-VLLM_CPU_KVCACHE_SPACE=1, VLLM_ENABLE_V1_MULTIPROCESSING=0, PYTHONPATH=client/python.
+VLLM_CPU_KVCACHE_SPACE=1, VLLM_ENABLE_V1_MULTIPROCESSING=0, PYTHONPATH=client/python plus the
+stubs folder ($BUILD/python).
 """
 from __future__ import annotations
 

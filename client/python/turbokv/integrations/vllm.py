@@ -257,13 +257,14 @@ class TurboKVConnector(KVConnectorBase_V1):
         if st is not None or not self._eligible(request):
             return st
         salt = request.cache_salt or ""
-        ns_ids = [self._namespaces.get(salt, r) for r in range(self._ns_shape.tp_size)]
-        if any(n is None for n in ns_ids):
+        got = [self._namespaces.get(salt, r) for r in range(self._ns_shape.tp_size)]
+        ns_ids = [n for n in got if n is not None]
+        if len(ns_ids) != len(got):
             return None   # server unreachable: a miss, and nothing is saved for this request
         extra = b""
         if request.lora_request is not None:
             extra = b"lora:" + str(request.lora_request.lora_name).encode()
-        hashers = [PrefixHasher(n, extra_key=extra) for n in ns_ids]
+        hashers = [PrefixHasher(n, extra_key=extra, block_tokens=self._bt) for n in ns_ids]
         st = _Request(request, salt, ns_ids, hashers, [[] for _ in ns_ids])
         self._reqs[request.request_id] = st
         return st
@@ -427,8 +428,8 @@ class TurboKVConnector(KVConnectorBase_V1):
         write, isa = None, "?"
         if backend == "CPU_ATTN":
             from vllm import _custom_ops as ops
-            isa = getattr(attn, "isa", None)
-            if isa is None:
+            isa = getattr(attn, "isa", None) or ""
+            if not isa:
                 from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
                 isa = _get_attn_isa(kv.dtype, int(kv.shape[2]), self._ns_shape.head_dim)
 

@@ -28,7 +28,7 @@ connector stacks over layers.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -103,7 +103,7 @@ class CpuTileLayout(PagedLayout):
                                                                       head_dim),
                                                    describe_tile(self.v_index, block_size,
                                                                  head_dim))
-        self._dev_index = {}
+        self._dev_index: Dict[str, Tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _indices(self, device):
         key = str(device)

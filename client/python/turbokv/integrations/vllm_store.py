@@ -68,7 +68,7 @@ class ConnectorOptions:
         if not extra.get("server"):
             raise ValueError("turbokv connector: kv_connector_extra_config needs \"server\" "
                              "(HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT)")
-        kwargs = {}
+        kwargs: Dict[str, object] = {}
         for k, v in extra.items():
             typ = fields[k].type
             try:
@@ -83,7 +83,7 @@ class ConnectorOptions:
                     kwargs[k] = str(v)
             except (TypeError, ValueError) as e:
                 raise ValueError("turbokv connector: %s=%r: %s" % (k, v, e)) from None
-        opts = cls(**kwargs)
+        opts = cls(**kwargs)  # type: ignore[arg-type]  # each value converted to its field type
         for name, lo in (("lease_seconds", 0), ("block_tokens", 0), ("max_pending_save_mib", 0),
                          ("replicas", 1)):
             if getattr(opts, name) < lo:
@@ -127,11 +127,12 @@ def make_client(opts: ConnectorOptions, timeout: float):
 def failure_reason(err: BaseException) -> str:
     """A bounded label for a failed call: unavailable, deadline, full, not_found, corrupt, other."""
     code = getattr(err, "code", None)
-    return {StatusCode.UNAVAILABLE: "unavailable",
+    reasons = {StatusCode.UNAVAILABLE: "unavailable",
             StatusCode.DEADLINE_EXCEEDED: "deadline",
             StatusCode.RESOURCE_EXHAUSTED: "full",
             StatusCode.NOT_FOUND: "not_found",
-            StatusCode.DATA_LOSS: "corrupt"}.get(code, "other")
+            StatusCode.DATA_LOSS: "corrupt"}
+    return reasons.get(code, "other") if isinstance(code, StatusCode) else "other"
 
 
 class Health:

@@ -181,6 +181,7 @@ class WorkerSide:
         self._invalid.update(spec.block_ids[good_vblocks:])
         if good_vblocks == 0:
             return
+        assert res.data is not None
         data = res.data[:res.good]                            # [n][L][2][bt][H][D]
         if data.device != self._device:
             data = data.to(self._device, non_blocking=True)  # pinned: ordered on the stream
