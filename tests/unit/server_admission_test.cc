@@ -37,7 +37,7 @@ TEST(CodecPoolTest, TheQueueIsBounded) {
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
   std::promise<void> started;
-  ASSERT_TRUE(pool.Submit([&] {
+  ASSERT_TRUE(pool.Submit([&started, gate] {  // gate by value: it outlives this scope's
     started.set_value();
     gate.wait();
   }, nullptr));
