@@ -186,7 +186,7 @@ absl::Status RunNsList(const GlobalOptions& g, const Client& c) {
         .Add("tp_rank", d.tp_rank)
         .Add("tp_size", d.tp_size)
         .Add("codec", CodecSummary(d.codec))
-        .Add("ttl_seconds", d.ttl_seconds)
+        .Add("ttl_seconds", d.ttl_seconds.value_or(0))
         .Add("blocks", ns.blocks)
         .Add("stored_bytes", ns.stored_bytes)
         .Add("logical_bytes", ns.logical_bytes);

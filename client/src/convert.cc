@@ -35,7 +35,7 @@ void ToProto(const NamespaceDescriptor& in, turbokv::v1::NamespaceDescriptor* ou
   out->set_tp_rank(in.tp_rank);
   out->set_tp_size(in.tp_size);
   out->set_cache_salt(in.cache_salt);
-  out->set_ttl_seconds(in.ttl_seconds);
+  if (in.ttl_seconds.has_value()) out->set_ttl_seconds(*in.ttl_seconds);
   turbokv::v1::CodecConfig* c = out->mutable_codec();
   c->set_preset(in.codec.preset);
   if (in.codec.key) ToProto(*in.codec.key, c->mutable_key());

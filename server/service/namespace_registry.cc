@@ -282,8 +282,10 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
     std::lock_guard<std::mutex> l(mu_);
     if (auto it = namespaces_.find(id); it != namespaces_.end()) existing = it->second;
   }
-  if (existing != nullptr &&
-      existing->descriptor.ttl_seconds() == canonical.descriptor.ttl_seconds()) {
+  // A request without ttl_seconds keeps the TTL of an existing namespace.
+  if (existing != nullptr && (!descriptor.has_ttl_seconds() ||
+                              existing->descriptor.ttl_seconds() ==
+                                  canonical.descriptor.ttl_seconds())) {
     return Registered{existing, false};
   }
   if (existing == nullptr && size() >= limits_.max_namespaces) {

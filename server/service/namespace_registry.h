@@ -17,8 +17,9 @@
 //   str cache_salt | key: u32 bits, u32 group_size, u32 qjl | value: same |
 //   u32 protected_first_layers | u32 protected_last_layers | u32 protected_bits |
 //   u32 norm_correction | u64 rotation_seed | u64 qjl_seed
-// ttl_seconds is a storage policy, not part of the identity: it is excluded, and registering
-// an existing namespace with another ttl_seconds updates the ttl. Clients never need to
+// ttl_seconds is a storage policy, not part of the identity: it is excluded, registering an
+// existing namespace with another ttl_seconds updates the ttl, and registering it without
+// ttl_seconds keeps the ttl it has. Clients never need to
 // reproduce the id; RegisterNamespace returns it.
 //
 // Thread safety: all methods are thread-safe.

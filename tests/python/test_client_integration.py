@@ -463,3 +463,20 @@ def test_bf16_namespace_lossy_round_trip(turbokv_client):
     for idx in (0, 1):
         mse = _rel_mse(f32(blocks[:, :, idx]), f32(got[:, :, idx]))
         assert 0.6 * THEORY[32][3] <= mse <= 1.12 * THEORY[32][3] + 2e-4, mse
+
+
+def test_reregistering_without_ttl_keeps_the_ttl(turbokv_client):
+    """ttl_seconds is a policy of the namespace, not part of its id: a client that registers
+    without it (another worker, a restart) must not turn expiry off."""
+    c = turbokv_client
+    kv = _random_kv(2, 16, 2, 64)
+    a = _register(c, kv, 16, "k4v4-g32", ttl_seconds=3600)
+    assert a.descriptor["ttl_seconds"] == 3600
+    b = _register(c, kv, 16, "k4v4-g32")
+    assert b.namespace_id == a.namespace_id and not b.created
+    assert b.descriptor["ttl_seconds"] == 3600
+    assert c.stats().namespace(a.namespace_id).descriptor["ttl_seconds"] == 3600
+    z = _register(c, kv, 16, "k4v4-g32", ttl_seconds=0)  # explicitly: never expire
+    assert z.descriptor["ttl_seconds"] == 0
+    fresh = _register(c, kv, 16, "k4v4-g32", model="never-registered")
+    assert fresh.created and fresh.descriptor["ttl_seconds"] == 0

@@ -147,6 +147,18 @@ TEST(NamespaceRegistryTest, RegisterIsIdempotentAndSurvivesReopen) {
     EXPECT_FALSE(r3->created);
     EXPECT_EQ(r3->ns->id, id);
     EXPECT_EQ((*store)->GetNamespace(id)->ttl_seconds, 60u);
+    auto r4 = registry.Register(Descriptor());  // no ttl_seconds: the ttl stays
+    ASSERT_TRUE(r4.ok());
+    EXPECT_FALSE(r4->created);
+    EXPECT_EQ(r4->ns->descriptor.ttl_seconds(), 60u);
+    EXPECT_EQ((*store)->GetNamespace(id)->ttl_seconds, 60u);
+    v1::NamespaceDescriptor no_ttl = Descriptor();
+    no_ttl.set_ttl_seconds(0);  // explicitly 0: never expire
+    auto r5 = registry.Register(no_ttl);
+    ASSERT_TRUE(r5.ok());
+    EXPECT_EQ(r5->ns->descriptor.ttl_seconds(), 0u);
+    EXPECT_EQ((*store)->GetNamespace(id)->ttl_seconds, 0u);
+    ASSERT_TRUE(registry.Register(with_ttl).ok());
     EXPECT_EQ(registry.Get(id + 1).status().code(), absl::StatusCode::kNotFound);
   }
   {

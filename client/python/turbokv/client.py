@@ -343,7 +343,7 @@ class Client(AsyncCalls):
     def register_namespace(self, model: str, num_layers: int, num_kv_heads: int, head_dim: int,
                            block_tokens: int, dtype: str = "fp16", preset: str = "",
                            model_revision: str = "", *, tp_rank: int = 0, tp_size: int = 0,
-                           cache_salt: str = "", ttl_seconds: int = 0,
+                           cache_salt: str = "", ttl_seconds: Optional[int] = None,
                            timeout: Optional[float] = None,
                            **codec_overrides: Any) -> NamespaceInfo:
         """Registers (or finds) a namespace; idempotent (same descriptor -> same id).
@@ -352,6 +352,8 @@ class Client(AsyncCalls):
           dtype: "fp16", "bf16" or "fp32": dtype of raw blocks put into it.
           preset: "k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw";
             "" = the server's default.
+          ttl_seconds: blocks expire this long after their last put or get; 0 = never.
+            None (default): a new namespace never expires, an existing one keeps its TTL.
           codec_overrides: ``key=dict(bits=, group_size=, qjl=)`` and ``value=...`` (both
             set: preset ignored), ``protected_first_layers``, ``protected_last_layers``,
             ``protected_bits`` (8 or 16), ``disable_norm_correction``, ``rotation_seed``,
@@ -375,7 +377,9 @@ class Client(AsyncCalls):
             model=model, model_revision=model_revision, dtype=_DTYPE_TO_PB[_dtype_name(dtype)],
             num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim,
             block_tokens=block_tokens, tp_rank=tp_rank, tp_size=tp_size, cache_salt=cache_salt,
-            codec=codec, ttl_seconds=ttl_seconds)
+            codec=codec)
+        if ttl_seconds is not None:
+            d.ttl_seconds = int(ttl_seconds)
         req = pb.RegisterNamespaceRequest(namespace_descriptor=d)
         resp = self._call(lambda t: self._stub.RegisterNamespace(req, timeout=t), deadline)
         cd = resp.namespace_descriptor

@@ -98,7 +98,9 @@ struct NamespaceDescriptor {
   uint32_t tp_size = 0;    // 0 and 1 both mean unsharded
   std::string cache_salt;  // tenant / cache salt
   CodecConfig codec;
-  uint32_t ttl_seconds = 0;  // 0 = never expire
+  // Blocks expire this long after their last put or get; 0 = never. Unset on register: a new
+  // namespace never expires, an existing one keeps its TTL.
+  std::optional<uint32_t> ttl_seconds;
 
   // num_layers * 2 * block_tokens * num_kv_heads * head_dim.
   uint64_t values_per_block() const;
