@@ -8,7 +8,7 @@ then each preset on the same vectors and on a real-KV .npy, and prints a markdow
     python3 bench/codec_theory.py --build build [--real tests/fixtures/smollm2_kv_64_fp16.npy]
 
 rel_mse / theory is the ratio of the measured relative MSE to g*MSE of the (g, b) codebook
-(DESIGN.md section 3); speeds are single-thread GB/s of fp16 source bytes.
+(docs/architecture.md, "The codec"); speeds are single-thread GB/s of fp16 source bytes.
 """
 import argparse
 import json

@@ -1,5 +1,5 @@
 // turbokv-server: flags -> ServerOptions, start, wait for SIGTERM/SIGINT, shut down cleanly.
-// The only place flags are parsed (STYLE.md "Options and metrics").
+// The only place flags are parsed.
 #include <cctype>
 #include <csignal>
 #include <cstdio>

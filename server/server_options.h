@@ -1,4 +1,4 @@
-// Every option of turbokv-server, with its default (STYLE.md "Options and metrics"). main.cc
+// Every option of turbokv-server, with its default. main.cc
 // fills it from flags; tests build it directly. One source of configuration.
 #ifndef TURBOKV_SERVER_SERVER_OPTIONS_H_
 #define TURBOKV_SERVER_SERVER_OPTIONS_H_
@@ -47,7 +47,7 @@ struct MetricsOptions {
   int refresh_interval_ms = 1000;
 };
 
-// Bounds on everything a client can make the server spend (DESIGN.md section 10). Past a
+// Bounds on everything a client can make the server spend (docs/server.md, "Limits"). Past a
 // bound the answer is RESOURCE_EXHAUSTED (INVALID_ARGUMENT at RegisterNamespace and for a
 // lease that is too long), with a message naming the limit.
 struct LimitOptions {

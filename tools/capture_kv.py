@@ -2,7 +2,7 @@
 """Captures the KV cache of a real model on real text, in turbokv's raw layout.
 
 Writes ``--out`` as a ``.npy`` of shape ``[num_layers][2][T][num_kv_heads][head_dim]`` (index
-0 = K after RoPE, 1 = V; DESIGN.md section 1) in fp16 (default) or fp32, and ``--tokens-out`` as
+0 = K after RoPE, 1 = V; docs/architecture.md, "Terms") in fp16 (default) or fp32, and ``--tokens-out`` as
 int32 ``[T]``. A JSON sidecar (``--out`` with ``.json``) records the model, revision, shape and
 the command line so a fixture can be traced back to how it was made.
 

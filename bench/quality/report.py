@@ -139,7 +139,7 @@ def _stats_md(stats: dict, all_rows: List[dict], where: str = "") -> List[str]:
     if not cfgs:
         return lines
     lines += ["## Vector-level statistics (real KV%s)" % where, "",
-              "Relative MSE = mean over groups of ‖u − û‖²/‖u‖² (the quantity DESIGN.md §3's "
+              "Relative MSE = mean over groups of ‖u − û‖²/‖u‖² (the quantity docs/architecture.md's "
               "g·MSE predicts), norm correction off unless marked; ratio = measured / theory.",
               "", "| g | b | theory | K rel MSE | V rel MSE | all / theory | worst layer "
               "ratio (K, V) | best layer ratio (K, V) | norm correction on: all / theory |",
@@ -297,7 +297,7 @@ def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[st
             "%.4f" % b["attn_kl_mean"] if b and "attn_kl_mean" in b else "—"))
     L.append("")
     if d:
-        L += ["**Default preset**: `%s` — the lowest-bpv DESIGN.md §3 preset whose prefix-reuse "
+        L += ["**Default preset**: `%s` — the lowest-bpv preset whose prefix-reuse "
               "Δperplexity is ≤ 1%%: %.3f bpv, %s over %d tokens." % (
                   d["name"], d["bpv"], _fmt_delta(d), d["tokens"]), ""]
     else:

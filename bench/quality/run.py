@@ -11,7 +11,7 @@ Protocols (bench/quality/README.md):
                 quantizer (turbokv rows: the codec library via its C ABI, the exact bytes the
                 server would store); NLL over every token of the window.
 Both are compared with the same windows with fp16 KV (the `raw` namespace dtype), so `raw`
-gives exactly 0. Vector-level statistics (relative MSE per layer against DESIGN.md section 3,
+gives exactly 0. Vector-level statistics (relative MSE per layer against docs/architecture.md, "The codec",
 K/V norm ratios, attention KL with the model's real queries) come from the all_kv windows.
 
 Usage:
@@ -342,7 +342,7 @@ def run_prefix_reuse(args, model, ids, rows, part_path: str) -> None:
 
 
 # -- protocol: all-KV fake quantization + vector statistics ------------------------------------
-THEORY_GMSE = {  # DESIGN.md section 3: g * MSE for b = 1, 2, 3, 4
+THEORY_GMSE = {  # docs/architecture.md, "The codec": g * MSE for b = 1, 2, 3, 4
     8: (0.3224, 0.09477, 0.02606, 0.006870), 16: (0.3432, 0.1058, 0.03008, 0.008094),
     32: (0.3534, 0.1116, 0.03226, 0.008774), 64: (0.3584, 0.1145, 0.03339, 0.009132),
     128: (0.3609, 0.1160, 0.03397, 0.009315), 256: (0.3621, 0.1167, 0.03426, 0.009408),

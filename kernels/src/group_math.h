@@ -4,7 +4,7 @@
 // this order, so all backends produce identical packed bytes and identical decoded values.
 // No fused multiply-add: the build uses -ffp-contract=off (g++) and -fmad=false (nvcc).
 //
-// References: DESIGN.md section 3; kernels/FORMAT.md; TurboQuant (Zandieh, Daliri, Hadian,
+// References: docs/architecture.md, "The codec"; kernels/FORMAT.md; TurboQuant (Zandieh, Daliri, Hadian,
 // Mirrokni 2025, arXiv:2504.19874) Algorithm 1 (MSE quantizer) and QJL (Zandieh, Daliri, Han
 // 2024, arXiv:2406.03482) for the 1-bit residual.
 #ifndef TURBOKV_KERNELS_SRC_GROUP_MATH_H_

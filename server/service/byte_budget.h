@@ -1,4 +1,4 @@
-// The server-wide budget of request bytes in flight (DESIGN.md section 10): put chunks
+// The server-wide budget of request bytes in flight (docs/server.md, "Limits"): put chunks
 // received and not yet written, get responses built and not yet sent. A call takes bytes
 // before it reads or builds more; when the budget is spent it waits (backpressure: a put
 // stream simply stops reading, so HTTP/2 flow control slows its client), and after

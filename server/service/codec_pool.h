@@ -1,4 +1,4 @@
-// Worker threads, so gRPC's threads only move messages (STYLE.md "Request path"). The server
+// Worker threads, so gRPC's threads only move messages. The server
 // runs two: the codec pool (encode, decode, verify: CPU-bound) and the I/O pool (RocksDB reads
 // and writes, which may wait on the disk), so encodes never queue behind an fsync and
 // concurrent writes reach RocksDB together (its group commit batches them).

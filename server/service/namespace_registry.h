@@ -1,5 +1,5 @@
 // Namespaces: validation, the canonical descriptor, the namespace id, and one BlockCodec per
-// namespace (DESIGN.md section 6, RegisterNamespace).
+// namespace (docs/api.md).
 //
 // Canonical form (format "turbokv/ns/v1"). A descriptor is canonicalized by:
 //   * resolving the codec: explicit `key` and `value` sections when both are set, else the

@@ -1,5 +1,5 @@
-// What every handler needs, and the one helper that reports an RPC (STYLE.md "Request path":
-// timing, metrics by method and code, one log line per error, absl -> grpc status).
+// What every handler needs, and the one helper that reports an RPC (timing, metrics by
+// method and code, one log line per error, absl -> grpc status).
 #ifndef TURBOKV_SERVER_SERVICE_SERVICE_CONTEXT_H_
 #define TURBOKV_SERVER_SERVICE_SERVICE_CONTEXT_H_
 

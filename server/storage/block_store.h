@@ -1,4 +1,4 @@
-// The block store: packed KV blocks in an embedded RocksDB (DESIGN.md section 5).
+// The block store: packed KV blocks in an embedded RocksDB (docs/server.md, "Storage").
 //
 // Column families:
 //   blocks      key = 8-byte big-endian namespace id || block hash (8..32 bytes)
@@ -66,7 +66,7 @@ class WriteBatch;
 
 namespace turbokv::server {
 
-// Block hashes are opaque bytes of this length range (DESIGN.md section 1).
+// Block hashes are opaque bytes of this length range (docs/architecture.md, "Terms").
 inline constexpr size_t kMinBlockHashBytes = 8;
 inline constexpr size_t kMaxBlockHashBytes = 32;
 // InvalidArgument naming the length when a hash is outside [8, 32] bytes.

@@ -1,4 +1,4 @@
-// rocksdb::Status -> absl::Status, the one place the conversion happens (STYLE.md "Errors").
+// rocksdb::Status -> absl::Status, the one place the conversion happens.
 // Internal to server/storage.
 #ifndef TURBOKV_SERVER_STORAGE_ROCKSDB_STATUS_H_
 #define TURBOKV_SERVER_STORAGE_ROCKSDB_STATUS_H_

@@ -1,4 +1,4 @@
-// Options of the block store (DESIGN.md section 5). Built by main.cc from flags, or directly by
+// Options of the block store (docs/server.md, "Storage"). Built by main.cc from flags, or directly by
 // tests; nested in ServerOptions (server/server_options.h).
 #ifndef TURBOKV_SERVER_STORAGE_STORAGE_OPTIONS_H_
 #define TURBOKV_SERVER_STORAGE_STORAGE_OPTIONS_H_

@@ -1,7 +1,7 @@
 // turbokv::client against the real turbokv-server binary (fresh data dir per test).
 // Skipped when the binary is missing (client_test_server.h). Quality bounds: relative MSE of
 // every K and V section within [0.6, 1.12] x the codec theory for its (group size, bits)
-// (DESIGN.md section 3; x (pi/2 - 1/g) for a QJL section), on real KV fixtures
+// (docs/architecture.md, "The codec"; x (pi/2 - 1/g) for a QJL section), on real KV fixtures
 // (tests/fixtures) and on synthetic KV.
 #include <gtest/gtest.h>
 
@@ -156,7 +156,7 @@ class ClientServerTest : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
-// g * MSE per coordinate (DESIGN.md section 3), b = 1..4.
+// g * MSE per coordinate (docs/architecture.md, "The codec"), b = 1..4.
 double Theory(uint32_t g, uint32_t b) {
   static const std::map<uint32_t, std::array<double, 4>> kTable = {
       {8, {0.3224, 0.09477, 0.02606, 0.006870}},  {16, {0.3432, 0.1058, 0.03008, 0.008094}},

@@ -1,7 +1,7 @@
 """The Python client against the real turbokv-server binary (fresh data dir per test).
 
 Skipped, with the reason, when the server binary or the gRPC stubs are missing (conftest.py).
-Quality bounds come from the codec theory (DESIGN.md section 3, g*MSE of the Lloyd-Max
+Quality bounds come from the codec theory (docs/architecture.md, "The codec", g*MSE of the Lloyd-Max
 codebook per group size g and bits b): relative MSE of every K and V section must lie within
 [0.6, 1.12] x theory for 2-4 bits (x (pi/2 - 1/g) for a QJL section, see _bounds), which
 catches both a broken codec and a silently raw one.
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 PRESETS = ["k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw"]
 
-# g * MSE per coordinate of a unit vector, b = 1..4 (DESIGN.md section 3 table).
+# g * MSE per coordinate of a unit vector, b = 1..4 (the codebook table of docs/architecture.md).
 THEORY = {
     8: (0.3224, 0.09477, 0.02606, 0.006870),
     16: (0.3432, 0.1058, 0.03008, 0.008094),

@@ -31,8 +31,8 @@ pytestmark = pytest.mark.integration
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHUNK = 16
-# g * MSE of the 4-bit Lloyd-Max codebook per unit-vector coordinate at g = 32 (DESIGN.md
-# section 3; the same table as test_client_integration.py): a 4-bit section's relative MSE.
+# g * MSE of the 4-bit Lloyd-Max codebook per unit-vector coordinate at g = 32 (docs/architecture.md
+# "The codec"; the same table as test_client_integration.py): a 4-bit section's relative MSE.
 THEORY_4BIT_G32 = 0.008774
 
 

@@ -35,7 +35,7 @@ def test_local_codec_matches_presets_and_raw_is_exact():
     bpv = {}
     for p in ("raw", "k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl"):
         bpv[p] = codec.LocalCodec.from_preset(p, 30, 16, 3, 64).bits_per_value
-    # DESIGN.md section 3 bpv plus the header and checksum of a 30-layer, 16-token block.
+    # docs/architecture.md, "The codec" bpv plus the header and checksum of a 30-layer, 16-token block.
     assert bpv["k4v4-g32"] == pytest.approx(4.5, abs=0.02)
     assert bpv["k3v3-g32"] == pytest.approx(3.5, abs=0.02)
     assert bpv["k3v2-g32-qjl"] == pytest.approx(3.25, abs=0.02)
@@ -49,7 +49,7 @@ def test_local_codec_matches_presets_and_raw_is_exact():
     y = c.roundtrip(x)
     g = x.astype(np.float64).reshape(-1, 32)
     rel = np.mean(np.sum((g - y.reshape(-1, 32)) ** 2, 1) / np.sum(g ** 2, 1))
-    assert rel == pytest.approx(0.03226, rel=0.05)  # DESIGN.md 3: g*MSE at g = 32, b = 3
+    assert rel == pytest.approx(0.03226, rel=0.05)  # docs/architecture.md: g*MSE at g = 32, b = 3
     with pytest.raises(codec.CodecError) as e:
         codec.LocalCodec(30, 16, 3, 64, codec.CodecParams(3, 48, False, 3, 32, False))
     assert e.value.code == 3 and "48" in e.value.message

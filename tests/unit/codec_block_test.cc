@@ -123,7 +123,7 @@ TEST(BlockCodecTest, BitsPerValueMatchesFormula) {
 
 TEST(BlockCodecTest, QualityOnRandomDirectionsIsAtTheTheory) {
   // Gaussian vectors: every group's direction is uniform on the sphere, so with norm
-  // correction off the relative MSE is g·MSE of the codebook (DESIGN.md section 3).
+  // correction off the relative MSE is g·MSE of the codebook (docs/architecture.md, "The codec").
   const BlockShape shape{4, 64, 8, 128, DType::kFloat32};
   for (int bits : {1, 2, 3, 4}) {
     for (int g : {32, 64, 128}) {

@@ -1,4 +1,4 @@
-// Codebooks: pinned against DESIGN.md section 3 and checked for Lloyd–Max optimality.
+// Codebooks: pinned against docs/architecture.md, "The codec" and checked for Lloyd–Max optimality.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -18,7 +18,7 @@ struct Reference {
   double g_mse[4];
 };
 
-// DESIGN.md section 3 table (positive half; symmetric).
+// the codebook table of docs/architecture.md (positive half; symmetric).
 const Reference kTable[] = {
     {8, 0.29103, {0.15792, 0.50482}, {0.08281, 0.25238, 0.43616, 0.65772}, 0.76484,
      {0.3224, 0.09477, 0.02606, 0.006870}},

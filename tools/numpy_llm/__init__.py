@@ -11,7 +11,7 @@ Every model is a :class:`LlamaModel` with one interface::
     logits, kv = model.prefill(ids)          # logits [T, vocab] f32; kv [L][2][T][H][D] f32
     logits2, kv2 = model.prefill(more_ids, past_kv=kv)   # continue after the stored prefix
 
-``kv`` is turbokv's raw layout (DESIGN.md section 1): ``[num_layers][2][T][num_kv_heads]
+``kv`` is turbokv's raw layout (docs/architecture.md, "Terms"): ``[num_layers][2][T][num_kv_heads]
 [head_dim]``, index 0 = K after RoPE, 1 = V; callers cast it to the namespace dtype (fp16).
 ``model.name`` / ``model.revision`` identify the weights and the K coordinate convention for a
 namespace; ``num_layers``, ``num_kv_heads``, ``head_dim``, ``vocab_size`` give the shape.

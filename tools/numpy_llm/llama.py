@@ -14,7 +14,7 @@ Karpathy's llama2.c ``run.c``, which it reproduces operation for operation:
 All math is float32 (the attention softmax included). Weights are held transposed (``[in, out]``)
 and Q/K/V and gate/up are fused so that one layer is four BLAS calls.
 
-KV layout (DESIGN.md section 1, "raw layout"): ``[num_layers][2][T][num_kv_heads][head_dim]``,
+KV layout (docs/architecture.md, "Terms"): ``[num_layers][2][T][num_kv_heads][head_dim]``,
 index 0 = K *after* RoPE, index 1 = V. This is what :meth:`LlamaModel.prefill` returns and what
 it accepts as ``past_kv``.
 """

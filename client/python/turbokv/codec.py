@@ -174,7 +174,7 @@ def _check(lib, rc: int) -> None:
 
 
 def preset_params(preset: str, head_dim: int) -> CodecParams:
-    """The explicit parameters of a DESIGN.md section 3 preset at this head_dim."""
+    """The explicit parameters of a preset at this head_dim."""
     lib = load_library()
     p = _Params()
     _check(lib, lib.tkv_preset_params(preset.encode(), head_dim, ctypes.byref(p)))

@@ -1,4 +1,4 @@
-// C++ client of the turbokv service (proto/turbokv/v1/turbokv.proto, DESIGN.md section 6).
+// C++ client of the turbokv service (proto/turbokv/v1/turbokv.proto, docs/api.md).
 //
 // Shapes: a raw KV block is the dense row-major tensor
 //   [num_layers][2][block_tokens][num_kv_heads][head_dim]   (index 0 of the "2" axis = K, 1 = V)

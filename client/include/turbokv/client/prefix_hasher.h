@@ -1,4 +1,4 @@
-// Prefix hashing of token sequences into block hashes (DESIGN.md section 1, "block hash").
+// Prefix hashing of token sequences into block hashes (docs/architecture.md, "Terms").
 //
 // THE CONTRACT (every client language must reproduce it bit for bit; test vectors live in
 // client/python/turbokv/hash_vectors.json and are checked by the C++ and the Python tests):

@@ -1,4 +1,4 @@
-// Placement of blocks on nodes (DESIGN.md section 2, "Scaling past one machine").
+// Placement of blocks on nodes (docs/cluster.md).
 //
 // THE CONTRACT (every client language must reproduce it bit for bit; test vectors live in
 // client/python/turbokv/rendezvous_vectors.json and are checked by the C++ and the Python

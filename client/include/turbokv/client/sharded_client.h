@@ -1,4 +1,4 @@
-// A client of many turbokv servers (DESIGN.md section 2, "Scaling past one machine").
+// A client of many turbokv servers (docs/cluster.md).
 //
 // Placement: each block hash goes to the first R nodes of its rendezvous rank (rendezvous.h).
 // Batched calls are split per node, run concurrently (one thread per node and call), and the

@@ -53,7 +53,7 @@ int tkv_api_version(void);
 // The message of the last failing call on this thread ("" when none). Owned by the library.
 const char* tkv_last_error(void);
 
-// Fills *params with the spec of a DESIGN.md section 3 preset ("k8v4", "k4v4-g32", ..., "raw")
+// Fills *params with the spec of a preset ("k8v4", "k4v4-g32", ..., "raw")
 // for this head_dim, default seeds included. InvalidArgument for an unknown name.
 int tkv_preset_params(const char* preset, int32_t head_dim, tkv_codec_params* params);
 

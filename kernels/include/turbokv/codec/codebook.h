@@ -1,4 +1,4 @@
-// Lloyd–Max codebooks for the coordinates of a uniformly random unit vector (DESIGN.md 3, step 3).
+// Lloyd–Max codebooks for the coordinates of a uniformly random unit vector (docs/architecture.md, codec step 3).
 //
 // For a random unit vector in R^g each coordinate t has density f(t) ∝ (1 − t²)^((g−3)/2) on
 // [−1, 1] (≈ N(0, 1/g) for large g). The b-bit codebook is the 2^b-level Lloyd–Max quantizer

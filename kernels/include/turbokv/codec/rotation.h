@@ -1,4 +1,4 @@
-// Randomized Hadamard rotation (DESIGN.md 3, step 2; kernels/FORMAT.md "Rotation").
+// Randomized Hadamard rotation (docs/architecture.md, codec step 2; kernels/FORMAT.md "Rotation").
 //
 // y = H_g · D · u: D is a diagonal of ±1 signs, applied *before* the orthonormal
 // Walsh–Hadamard transform H_g (Sylvester order, scaled by 1/sqrt(g)). The signs are a

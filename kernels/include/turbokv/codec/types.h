@@ -1,4 +1,4 @@
-// Shapes, dtypes and codec configuration of a KV block (DESIGN.md sections 1 and 3).
+// Shapes, dtypes and codec configuration of a KV block (docs/architecture.md).
 //
 // A raw KV block is a dense row-major tensor
 //   [num_layers][2][block_tokens][num_kv_heads][head_dim]   (index 0 of the "2" axis = K, 1 = V)
@@ -65,7 +65,7 @@ struct BlockShape {
 [[nodiscard]] absl::Status ValidateShape(const BlockShape& shape);
 
 // How the K (or V) section of one layer is stored.
-//   bits 1, 2, 3, 4, 8: TurboQuant-MSE (DESIGN.md section 3) with `group_size`-coordinate
+//   bits 1, 2, 3, 4, 8: TurboQuant-MSE (docs/architecture.md, "The codec") with `group_size`-coordinate
 //                       groups, one fp16 scale per group, optional QJL residual.
 //   bits 16:            every value as fp16 (protected layers); group_size is ignored.
 //   bits 0:             the raw source bytes, verbatim (the `raw` preset; bit-exact).
@@ -96,7 +96,7 @@ struct CodecSpec {
   int protected_first_layers = 0;
   int protected_last_layers = 0;
   int protected_bits = 8;
-  // Store n / ||y_hat|| instead of n so decoded groups keep their length (DESIGN.md 3, step 5).
+  // Store n / ||y_hat|| instead of n so decoded groups keep their length (docs/architecture.md, codec step 5).
   bool norm_correction = true;  // Default: on
   uint64_t rotation_seed = kDefaultRotationSeed;
   uint64_t qjl_seed = kDefaultQjlSeed;
@@ -113,7 +113,7 @@ struct LayerCodec {
 [[nodiscard]] absl::StatusOr<std::vector<LayerCodec>> ResolveLayerCodecs(const CodecSpec& spec,
                                                                          const BlockShape& shape);
 
-// Presets of DESIGN.md section 3:
+// Presets (docs/architecture.md, "The codec"):
 //   k8v4          K 8-bit g = head_dim, V 4-bit g = 32        (~6.3 bpv at head_dim 128)
 //   k4v4-g32      K 4-bit, V 4-bit, g = 32                     (4.5 bpv)
 //   k4v3-g32      K 4-bit, V 3-bit, g = 32                     (4.0 bpv)
