@@ -20,3 +20,10 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
 endif()
 include(GoogleTest)
 gtest_discover_tests(codec_unit_tests PROPERTIES LABELS "unit;codec" DISCOVERY_TIMEOUT 60)
+
+# The CUDA kernels' per-warp code on a 32-lane emulator against the CPU codec (no GPU needed).
+# Not in the ASan run of tools/test.sh: ASan does not follow ucontext fiber switches.
+add_executable(codec_warp_tests ${CMAKE_SOURCE_DIR}/tests/unit/codec_warp_test.cc)
+target_include_directories(codec_warp_tests PRIVATE ${CMAKE_SOURCE_DIR}/kernels/src)
+target_link_libraries(codec_warp_tests PRIVATE turbokv::codec GTest::gtest GTest::gtest_main)
+gtest_discover_tests(codec_warp_tests PROPERTIES LABELS "unit;codec" DISCOVERY_TIMEOUT 60)
