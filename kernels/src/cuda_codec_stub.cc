@@ -5,7 +5,7 @@ namespace turbokv::codec {
 
 bool CudaBuilt() { return false; }
 
-absl::StatusOr<std::unique_ptr<CudaCodec>> CudaCodec::Create(int) {
+absl::StatusOr<std::unique_ptr<CudaCodec>> CudaCodec::Create(const CudaCodecOptions&) {
   return absl::UnavailableError(
       "turbokv was built without the CUDA backend (no nvcc found at configure time; "
       "configure with -DTURBOKV_ENABLE_CUDA=ON on a machine with the CUDA toolkit)");

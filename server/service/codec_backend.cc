@@ -36,7 +36,10 @@ std::vector<absl::Status> EncodeBlocks(const CodecBackend& backend, const codec:
                                        absl::Span<const absl::Span<uint8_t>> packeds) {
   std::vector<absl::Status> statuses(raws.size());
   if (raws.empty()) return statuses;
-  if (backend.cuda != nullptr && backend.cuda->EncodeBatch(codec, raws, packeds).ok()) {
+  // Per-block statuses from the device (bad data fails only its block); a device failure
+  // redoes the batch on the CPU.
+  if (backend.cuda != nullptr &&
+      backend.cuda->EncodeBatch(codec, raws, packeds, absl::MakeSpan(statuses)).ok()) {
     return statuses;
   }
   for (size_t i = 0; i < raws.size(); ++i) {
@@ -52,7 +55,7 @@ std::vector<absl::Status> DecodeBlocks(const CodecBackend& backend, const codec:
   std::vector<absl::Status> statuses(packeds.size());
   if (packeds.empty()) return statuses;
   if (backend.cuda != nullptr &&
-      backend.cuda->DecodeBatch(codec, packeds, out_dtype, range, outs).ok()) {
+      backend.cuda->DecodeBatch(codec, packeds, out_dtype, range, outs, absl::MakeSpan(statuses)).ok()) {
     return statuses;
   }
   for (size_t i = 0; i < packeds.size(); ++i) {
