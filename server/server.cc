@@ -129,7 +129,9 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
   budget_ = std::make_unique<ByteBudget>(options.limits.max_in_flight_bytes);
 
   metrics_ =
-      std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes);
+      std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes,
+                                backend.cpu_name);
+  backend.AttachMetrics(metrics_.get());  // EncodeBlocks / DecodeBlocks record the codec metrics
   metrics_->UpdateStore(recovered, store_->GetDbStats());
   if (exposer_ != nullptr) {
     exposer_->RegisterCollectable(prometheus_);

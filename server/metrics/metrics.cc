@@ -14,6 +14,7 @@ constexpr const char* kCodeNames[kNumStatusCodes] = {
     "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
     "DATA_LOSS", "UNAUTHENTICATED"};
 constexpr const char* kCodecOpNames[kNumCodecOps] = {"encode", "decode", "verify"};
+constexpr const char* kCodecFallbackNames[kNumCodecFallbacks] = {"device_error", "degraded"};
 
 int CodeIndex(absl::StatusCode code) {
   const int c = static_cast<int>(code);
@@ -38,7 +39,7 @@ const char* RpcMethodName(RpcMethod method) { return kMethodNames[static_cast<in
 const char* StatusCodeName(absl::StatusCode code) { return kCodeNames[CodeIndex(code)]; }
 
 Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backend,
-                 uint64_t capacity_bytes) {
+                 uint64_t capacity_bytes, const std::string& cpu_codec_backend) {
   rpc_requests_family_ = &prometheus::BuildCounter()
                               .Name("turbokv_rpc_requests_total")
                               .Help("RPCs handled, by method and gRPC status code")
@@ -80,11 +81,31 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
                           .Name("turbokv_codec_bytes_total")
                           .Help("Raw (logical) bytes processed by the codec")
                           .Register(registry);
+  const std::string& cpu = cpu_codec_backend.empty() ? codec_backend : cpu_codec_backend;
   for (int op = 0; op < kNumCodecOps; ++op) {
-    codec_seconds_[op] =
-        &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}});
-    codec_bytes_[op] = &codec_bytes.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}});
+    const int c = static_cast<int>(CodecPath::kCpu), g = static_cast<int>(CodecPath::kCuda);
+    codec_seconds_[c][op] = &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", cpu}});
+    codec_bytes_[c][op] = &codec_bytes.Add({{"op", kCodecOpNames[op]}, {"backend", cpu}});
+    const bool gpu = codec_backend != cpu;
+    codec_seconds_[g][op] = gpu ? &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}})
+                                : codec_seconds_[c][op];
+    codec_bytes_[g][op] = gpu ? &codec_bytes.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}})
+                              : codec_bytes_[c][op];
   }
+  auto& fallbacks = prometheus::BuildCounter()
+                        .Name("turbokv_codec_fallbacks_total")
+                        .Help("Codec batches meant for the CUDA codec that ran on the CPU, by reason")
+                        .Register(registry);
+  for (int op = 0; op < kNumCodecOps; ++op) {
+    for (int r = 0; r < kNumCodecFallbacks; ++r) {
+      codec_fallbacks_[op][r] = &fallbacks.Add({{"op", kCodecOpNames[op]}, {"reason", kCodecFallbackNames[r]}});
+    }
+  }
+  codec_degraded_ = &prometheus::BuildGauge()
+                         .Name("turbokv_codec_degraded")
+                         .Help("1 when the selected codec backend failed and the CPU codec runs instead")
+                         .Register(registry)
+                         .Add({});
   prometheus::BuildGauge()
       .Name("turbokv_codec_backend_info")
       .Help("The codec backend in use (value 1)")
@@ -178,9 +199,19 @@ void Metrics::RecordGetBlocks(uint64_t found, uint64_t missing) {
 }
 
 void Metrics::RecordCodec(CodecOp op, double seconds, uint64_t bytes) {
-  codec_seconds_[static_cast<int>(op)]->Increment(seconds);
-  codec_bytes_[static_cast<int>(op)]->Increment(static_cast<double>(bytes));
+  RecordCodec(op, CodecPath::kCpu, seconds, bytes);
 }
+
+void Metrics::RecordCodec(CodecOp op, CodecPath path, double seconds, uint64_t bytes) {
+  codec_seconds_[static_cast<int>(path)][static_cast<int>(op)]->Increment(seconds);
+  codec_bytes_[static_cast<int>(path)][static_cast<int>(op)]->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::RecordCodecFallback(CodecOp op, CodecFallback reason) {
+  codec_fallbacks_[static_cast<int>(op)][static_cast<int>(reason)]->Increment();
+}
+
+void Metrics::SetCodecDegraded(bool degraded) { codec_degraded_->Set(degraded ? 1.0 : 0.0); }
 
 void Metrics::UpdateStore(const StoreStats& stats, const DbStats& db) {
   stored_bytes_->Set(static_cast<double>(stats.value_bytes));

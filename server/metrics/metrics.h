@@ -40,6 +40,13 @@ const char* RpcMethodName(RpcMethod method);  // "PutBlocks", ...
 
 enum class CodecOp { kEncode, kDecode, kVerify };
 inline constexpr int kNumCodecOps = 3;
+// Which codec path did the work (the `backend` label of the codec metrics).
+enum class CodecPath { kCpu, kCuda };
+// Why a batch meant for the CUDA codec ran on the CPU (turbokv_codec_fallbacks_total{reason}):
+// the device call failed ("device_error"), or an earlier failure disabled the CUDA codec
+// ("degraded").
+enum class CodecFallback { kDeviceError, kDegraded };
+inline constexpr int kNumCodecFallbacks = 2;
 
 // google.rpc.Code values 0..16.
 inline constexpr int kNumStatusCodes = 17;
@@ -48,10 +55,11 @@ const char* StatusCodeName(absl::StatusCode code);
 
 class Metrics {
  public:
-  // Registers every family in `registry`. `codec_backend` ("cpu-avx2", "cuda", ...) labels
-  // the codec metrics and turbokv_codec_backend_info.
+  // Registers every family in `registry`. `codec_backend` ("cpu-avx2", "cuda", ...) is the
+  // selected backend (turbokv_codec_backend_info); `cpu_codec_backend` the CPU path's name, the
+  // label of codec work done on the CPU (empty: codec_backend, which must then be a CPU path).
   Metrics(prometheus::Registry& registry, const std::string& codec_backend,
-          uint64_t capacity_bytes);
+          uint64_t capacity_bytes, const std::string& cpu_codec_backend = "");
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
@@ -61,6 +69,7 @@ class Metrics {
   // Per-block PutBlocks outcome.
   void RecordPutBlock(absl::StatusCode code);
   void RecordGetBlocks(uint64_t found, uint64_t missing);
+  // Codec work on the CPU path.
   void RecordCodec(CodecOp op, double seconds, uint64_t bytes);
   // An exception caught by a reactor's or a pool task's barrier (a bug: that call failed with
   // INTERNAL). turbokv_internal_failures_total.
@@ -68,6 +77,10 @@ class Metrics {
   // The in-flight budget: bytes in use (turbokv_in_flight_bytes) and calls refused after
   // waiting (turbokv_admission_rejections_total, advanced to the running total).
   void UpdateAdmission(uint64_t in_flight_bytes, uint64_t rejections_total);
+  // Codec work on `path` (kCuda only when the selected backend is CUDA; else counted as CPU).
+  void RecordCodec(CodecOp op, CodecPath path, double seconds, uint64_t bytes);
+  void RecordCodecFallback(CodecOp op, CodecFallback reason);
+  void SetCodecDegraded(bool degraded);
   // Refreshes the storage gauges and advances the storage counters to the store's totals.
   void UpdateStore(const StoreStats& stats, const DbStats& db);
 
@@ -90,8 +103,11 @@ class Metrics {
   std::array<std::atomic<prometheus::Counter*>, kNumStatusCodes> put_blocks_{};
   prometheus::Counter* get_blocks_found_;
   prometheus::Counter* get_blocks_missing_;
-  std::array<prometheus::Counter*, kNumCodecOps> codec_seconds_{};
-  std::array<prometheus::Counter*, kNumCodecOps> codec_bytes_{};
+  // [path][op]; the kCuda row points at the kCpu one unless the selected backend is CUDA.
+  std::array<std::array<prometheus::Counter*, kNumCodecOps>, 2> codec_seconds_{};
+  std::array<std::array<prometheus::Counter*, kNumCodecOps>, 2> codec_bytes_{};
+  std::array<std::array<prometheus::Counter*, kNumCodecFallbacks>, kNumCodecOps> codec_fallbacks_{};
+  prometheus::Gauge* codec_degraded_;
   prometheus::Gauge* stored_bytes_;
   prometheus::Gauge* used_bytes_;
   prometheus::Gauge* logical_bytes_;

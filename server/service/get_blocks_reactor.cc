@@ -18,10 +18,6 @@ constexpr size_t kFetchBlocks = 32;
 constexpr size_t kFetchBytes = size_t{32} << 20;
 constexpr size_t kRefillBytes = size_t{8} << 20;
 
-double SecondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 }  // namespace
 
 struct GetBlocksReactor::Batch {
@@ -227,7 +223,7 @@ void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t bl
                                   int layer_end) {
   absl::Status s;
   if (!Abandoned()) {
-    const auto start = std::chrono::steady_clock::now();
+    // DecodeBlocks records the codec metrics under the backend that ran.
     const std::string& value = batch->values[block];
     const absl::Span<const uint8_t> packed(reinterpret_cast<const uint8_t*>(value.data()),
                                            value.size());
@@ -249,8 +245,6 @@ void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t bl
         off += d->size();
       }
     }
-    ctx_->metrics->RecordCodec(CodecOp::kDecode, SecondsSince(start),
-                               static_cast<uint64_t>(layer_end - layer_begin) * layer_bytes_);
     if (!s.ok()) {
       s = absl::InternalError(absl::StrCat("block ",
                                            batch->messages[first_message].index(),

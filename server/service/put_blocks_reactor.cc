@@ -403,9 +403,9 @@ void PutBlocksReactor::WholeBlockTask(const BlockPtr& b) {
       auto packed = std::unique_ptr<uint8_t[]>(new uint8_t[ns_->codec.packed_bytes()]);
       const absl::Span<const uint8_t> raw = Bytes(b->data);
       const absl::Span<uint8_t> out(packed.get(), ns_->codec.packed_bytes());
+      // EncodeBlocks records the codec metrics under the backend that ran.
       s = EncodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&raw, 1),
                        absl::MakeConstSpan(&out, 1))[0];
-      ctx_->metrics->RecordCodec(CodecOp::kEncode, SecondsSince(start), b->data.size());
       std::unique_lock<std::mutex> l(mu_);
       b->packed = std::move(packed);
       b->packed_size = out.size();

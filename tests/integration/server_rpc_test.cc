@@ -779,5 +779,49 @@ TEST(ServerRpcTest, HealthMetricsAndCodecBackendSelection) {
   EXPECT_NE(cuda.Log().find("cuda"), std::string::npos) << cuda.Log();
 }
 
+// The value of the sample `series` (name{labels} exactly as exposed), or -1.
+double MetricValue(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+}
+
+// --codec-backend auto (the default) on a machine without a usable CUDA device: the CPU codec
+// runs, the log says why CUDA is not used, and the codec metrics carry the CPU's label only.
+TEST(ServerRpcTest, AutoCodecBackendWithoutADeviceRunsAndLabelsTheCpu) {
+  ServerProcess server({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(server.Start()) << server.Log();
+  const std::string backend = Stats(server.stub()).codec_backend();
+  if (backend == "cuda") GTEST_SKIP() << "a CUDA device passed the self-test (tests/gpu covers it)";
+  EXPECT_EQ(backend.rfind("cpu-", 0), 0u) << backend;
+  EXPECT_NE(server.Log().find("CUDA not used: "), std::string::npos) << server.Log();
+
+  v1::RegisterNamespaceResponse reg = Register(server.stub(), SmallDescriptor());
+  std::mt19937_64 rng(8);
+  Put(server.stub(), reg.namespace_id(),
+      {{Hash(1), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)},
+       {Hash(2), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)}});
+  const std::vector<GotBlock> got =
+      GetOk(server.stub(), reg.namespace_id(), {Hash(1), Hash(2)}, v1::ENCODING_RAW, v1::DTYPE_FP32);
+  ASSERT_EQ(got.size(), 2u);
+  const std::string metrics = Scrape(server.metrics_port());
+  const std::string cpu = "backend=\"" + backend + "\"";
+  EXPECT_EQ(MetricValue(metrics, "turbokv_codec_bytes_total{" + cpu + ",op=\"encode\"}"),
+            2.0 * reg.raw_block_bytes());
+  EXPECT_EQ(MetricValue(metrics, "turbokv_codec_bytes_total{" + cpu + ",op=\"decode\"}"),
+            2.0 * 2 * reg.raw_block_bytes());  // fp16 in, fp32 out
+  EXPECT_EQ(metrics.find("backend=\"cuda\""), std::string::npos) << "no CUDA series";
+  EXPECT_EQ(MetricValue(metrics, "turbokv_codec_fallbacks_total{op=\"encode\",reason=\"device_error\"}"), 0);
+  EXPECT_EQ(MetricValue(metrics, "turbokv_codec_degraded"), 0);
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+
+  // --codec-backend cuda: refuses to start and says why (no device, or no CUDA in this build).
+  ServerProcess cuda({"--codec-backend", "cuda"});
+  EXPECT_FALSE(cuda.Start());
+  const std::string log = cuda.Log();
+  EXPECT_TRUE(log.find("no CUDA device is usable") != std::string::npos ||
+              log.find("built without the CUDA backend") != std::string::npos)
+      << log;
+}
+
 }  // namespace
 }  // namespace turbokv::server
