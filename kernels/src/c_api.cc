@@ -1,10 +1,16 @@
 #include "turbokv/codec/c_api.h"
 
 #include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "turbokv/codec/block_codec.h"
+#include "turbokv/codec/cuda_codec.h"
 #include "turbokv/codec/types.h"
 
 struct tkv_codec {
@@ -31,6 +37,23 @@ int Fail(absl::StatusCode code, std::string msg) {
 }
 
 bool ValidDType(int32_t d) { return d >= 1 && d <= 3; }
+
+// One CUDA codec per device, created on first use and kept (a failed creation is retried).
+absl::StatusOr<turbokv::codec::CudaCodec*> CudaFor(int32_t device) {
+  static std::mutex mu;
+  static std::map<int32_t, std::unique_ptr<turbokv::codec::CudaCodec>>* codecs =
+      new std::map<int32_t, std::unique_ptr<turbokv::codec::CudaCodec>>();
+  std::lock_guard<std::mutex> l(mu);
+  auto it = codecs->find(device);
+  if (it != codecs->end()) return it->second.get();
+  turbokv::codec::CudaCodecOptions options;
+  options.device = device;
+  absl::StatusOr<std::unique_ptr<turbokv::codec::CudaCodec>> c = turbokv::codec::CudaCodec::Create(options);
+  if (!c.ok()) return c.status();
+  turbokv::codec::CudaCodec* raw = c->get();
+  (*codecs)[device] = *std::move(c);
+  return raw;
+}
 
 }  // namespace
 
@@ -136,6 +159,54 @@ int tkv_codec_decode(const tkv_codec* codec, const void* packed, size_t packed_l
                                        turbokv::codec::LayerRange{layer_begin, layer_end},
                                        absl::MakeSpan(static_cast<uint8_t*>(out), out_len));
   return s.ok() ? 0 : Fail(s);
+}
+
+int tkv_cuda_available(int32_t device) {
+  absl::StatusOr<turbokv::codec::CudaCodec*> c = CudaFor(device);
+  return c.ok() ? 0 : Fail(c.status());
+}
+
+int tkv_cuda_decode_to_device(const tkv_codec* codec, int32_t device, const void* const* packed,
+                              const size_t* packed_len, size_t n, int32_t out_dtype,
+                              int32_t layer_begin, int32_t layer_end, void* out_device,
+                              size_t out_len, void* stream, int32_t verify_checksum,
+                              int32_t* block_codes) {
+  if (codec == nullptr || (n > 0 && (packed == nullptr || packed_len == nullptr)) ||
+      out_device == nullptr) {
+    return Fail(absl::StatusCode::kInvalidArgument, "codec, packed, packed_len and out_device must not be null");
+  }
+  if (!ValidDType(out_dtype)) {
+    return Fail(absl::StatusCode::kInvalidArgument,
+                "out dtype code " + std::to_string(out_dtype) + " is not 1, 2 or 3");
+  }
+  absl::StatusOr<turbokv::codec::CudaCodec*> cuda = CudaFor(device);
+  if (!cuda.ok()) return Fail(cuda.status());
+  std::vector<absl::Span<const uint8_t>> blocks(n);
+  std::vector<absl::Status> status(n);
+  for (size_t i = 0; i < n; ++i) blocks[i] = absl::MakeConstSpan(static_cast<const uint8_t*>(packed[i]), packed_len[i]);
+  if (verify_checksum) {
+    // A block that fails its checksum is decoded as zeros: stage it as a foreign block.
+    for (size_t i = 0; i < n; ++i) {
+      status[i] = turbokv::codec::VerifyPackedChecksum(blocks[i]);
+      if (!status[i].ok()) blocks[i] = {};
+    }
+  }
+  std::vector<absl::Status> decoded(n);
+  const absl::Status s = (*cuda)->DecodeToDevice(
+      codec->codec, blocks, static_cast<DType>(out_dtype), turbokv::codec::LayerRange{layer_begin, layer_end},
+      out_device, out_len, stream, absl::MakeSpan(decoded));
+  if (!s.ok()) return Fail(s);
+  for (size_t i = 0; i < n; ++i) {
+    if (status[i].ok()) status[i] = decoded[i];
+  }
+  int first = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (block_codes != nullptr) block_codes[i] = static_cast<int32_t>(status[i].code());
+    if (!status[i].ok() && first == 0) {
+      first = Fail(status[i].code(), absl::StrCat("block ", i, ": ", status[i].message()));
+    }
+  }
+  return first;
 }
 
 }  // extern "C"

@@ -80,6 +80,33 @@ int tkv_codec_decode(const tkv_codec* codec, const void* packed, size_t packed_l
                      int32_t out_dtype, int32_t layer_begin, int32_t layer_end, void* out,
                      size_t out_len, int32_t verify_checksum);
 
+// ---- Decode into GPU memory (a serving engine's own device) ----------------------------------
+// The CUDA backend (turbokv/codec/cuda_codec.h): packed bytes as GetBlocks(PACKED) returns them,
+// in host memory, decoded on the device straight into device memory, so only the packed bytes
+// cross PCIe. Values are identical to tkv_codec_decode's.
+
+// 0 when this library has the CUDA backend and CUDA device `device` can be used; else
+// Unavailable (14; built without CUDA, no device or driver) or InvalidArgument (3; no such
+// device), with tkv_last_error() saying why.
+int tkv_cuda_available(int32_t device);
+
+// Decodes n packed blocks (packed[i]: packed_len[i] bytes of host memory, blocks of `codec`)
+// into out_device on CUDA device `device`: [n][layers][2][block_tokens][num_kv_heads][head_dim]
+// of out_dtype for layers [layer_begin, layer_end) (-1 = to the last), out_len bytes, 16-byte
+// aligned device memory. The work is queued on `stream` (a cudaStream_t of that device; NULL:
+// the legacy default stream) after what is queued there already; the call returns once the
+// values are in place. verify_checksum != 0 checks each block's xxHash3 first.
+// block_codes (NULL or n entries) receives each block's status code; a failed block is left as
+// zeros. Returns 0 when every block decoded; else the first failing block's code with its
+// message (naming the block) in tkv_last_error(); a device failure returns Internal (13) or
+// Unavailable (14) for the whole call. The device codec is created on first use per device and
+// kept for the life of the process.
+int tkv_cuda_decode_to_device(const tkv_codec* codec, int32_t device, const void* const* packed,
+                              const size_t* packed_len, size_t n, int32_t out_dtype,
+                              int32_t layer_begin, int32_t layer_end, void* out_device,
+                              size_t out_len, void* stream, int32_t verify_checksum,
+                              int32_t* block_codes);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif
