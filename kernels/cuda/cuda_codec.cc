@@ -341,6 +341,36 @@ class CudaCodecImpl final : public CudaCodec {
     return cudaEventElapsedTime(&ms, l.kernels_begin, l.kernels_end) == cudaSuccess ? ms / 1e3 : 0.0;
   }
 
+  // The two-lane pipeline of RunEncode and RunDecode: n blocks in chunks of per_chunk, chunk c
+  // on lane c % 2, so the host stages chunk c + 1 while chunk c is on the device.
+  // `enqueue(lane, first, count)` queues one chunk (its last step records lane.done) and marks
+  // the lane busy when all of it was queued; `finish(lane)` waits for a busy lane and collects
+  // its chunk. After an error the lanes still in flight are waited for, not collected: their
+  // buffers must be idle before the slot is reused.
+  template <class Enqueue, class Finish>
+  static absl::Status RunChunks(Slot& slot, size_t n, size_t per_chunk, Enqueue&& enqueue, Finish&& finish) {
+    absl::Status status;
+    size_t chunk = 0;
+    for (size_t first = 0; first < n && status.ok(); first += per_chunk, ++chunk) {
+      Lane& lane = slot.lanes[chunk % 2];
+      if (lane.busy) {
+        status = finish(lane);
+        if (!status.ok()) break;
+      }
+      status = enqueue(lane, first, std::min(per_chunk, n - first));
+    }
+    for (Lane& lane : slot.lanes) {
+      if (!lane.busy) continue;
+      if (status.ok()) {
+        status = finish(lane);
+      } else {
+        cudaEventSynchronize(lane.done);
+        lane.busy = false;
+      }
+    }
+    return status;
+  }
+
   // Encode: chunk c of `todo` on lane c % 2; the host stages chunk c + 1 while chunk c runs.
   absl::Status RunEncode(const BlockCodec& codec, absl::Span<const absl::Span<const uint8_t>> raws,
                          absl::Span<const absl::Span<uint8_t>> packeds, absl::Span<absl::Status> block_status,
@@ -372,27 +402,12 @@ class CudaCodecImpl final : public CudaCodec {
       return absl::OkStatus();
     };
 
-    Slot& slot = lease.slot();
-    absl::Status status;
-    size_t chunk = 0;
-    for (size_t first = 0; first < todo.size() && status.ok(); first += per_chunk, ++chunk) {
-      Lane& lane = slot.lanes[chunk % 2];
-      if (lane.busy) {
-        status = finish(lane);
-        if (!status.ok()) break;
-      }
-      const size_t count = std::min(per_chunk, todo.size() - first);
-      status = EnqueueEncode(*plan, raws, todo, first, count, raw_bytes, aligned_bytes, lane);
-    }
-    for (Lane& lane : slot.lanes) {
-      if (!lane.busy) continue;
-      if (status.ok()) {
-        status = finish(lane);
-      } else {
-        cudaStreamSynchronize(lane.stream);  // buffers must be idle before the slot is reused
-        lane.busy = false;
-      }
-    }
+    const absl::Status status = RunChunks(
+        lease.slot(), todo.size(), per_chunk,
+        [&](Lane& lane, size_t first, size_t count) {
+          return EnqueueEncode(*plan, raws, todo, first, count, raw_bytes, aligned_bytes, lane);
+        },
+        finish);
     if (status.ok()) last_kernel_seconds_.store(kernel_seconds);
     return status;
   }
@@ -476,22 +491,13 @@ class CudaCodecImpl final : public CudaCodec {
       return absl::OkStatus();
     };
 
-    Slot& slot = lease.slot();
-    absl::Status status;
-    size_t chunk = 0;
-    for (size_t first = 0; first < todo.size() && status.ok(); first += per_chunk, ++chunk) {
-      Lane& lane = slot.lanes[chunk % 2];
-      if (lane.busy) {
-        status = finish(lane);
-        if (!status.ok()) break;
-      }
-      const size_t count = std::min(per_chunk, todo.size() - first);
+    auto enqueue = [&](Lane& lane, size_t first, size_t count) -> absl::Status {
       // Stage the chunk in the aligned layout (the host copy that replaces a plain one).
-      status = lane.host_in.Reserve(count * aligned_bytes);
+      absl::Status status = lane.host_in.Reserve(count * aligned_bytes);
       if (status.ok()) status = lane.dev_in.Reserve(count * aligned_bytes);
       if (status.ok() && !to_device) status = lane.dev_out.Reserve(count * out_bytes);
       if (status.ok() && !to_device) status = lane.host_out.Reserve(count * out_bytes);
-      if (!status.ok()) break;
+      if (!status.ok()) return status;
       for (size_t j = 0; j < count; ++j) {
         const size_t i = todo[first + j];
         uint8_t* staged = lane.host_in.data() + j * aligned_bytes;
@@ -531,16 +537,9 @@ class CudaCodecImpl final : public CudaCodec {
       lane.first = first;
       lane.count = count;
       lane.busy = status.ok();
-    }
-    for (Lane& lane : slot.lanes) {
-      if (!lane.busy) continue;
-      if (status.ok()) {
-        status = finish(lane);
-      } else {
-        cudaEventSynchronize(lane.done);
-        lane.busy = false;
-      }
-    }
+      return status;
+    };
+    const absl::Status status = RunChunks(lease.slot(), todo.size(), per_chunk, enqueue, finish);
     if (status.ok()) last_kernel_seconds_.store(kernel_seconds);
     return status;
   }
