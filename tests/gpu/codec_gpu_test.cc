@@ -107,11 +107,7 @@ class GpuConfigs : public testing::TestWithParam<std::tuple<int, int, bool>> {};
 TEST_P(GpuConfigs, PackedBytesAndDecodedValues) {
   SKIP_WITHOUT_DEVICE();
   const auto& [g, bits, qjl] = GetParam();
-  CodecSpec spec;
-  spec.key = SectionCodec{bits, g, qjl};
-  spec.value = SectionCodec{bits, g, false};
-  spec.protected_first_layers = 1;
-  spec.protected_bits = 16;
+  const CodecSpec spec = testing_util::KernelInstanceSpec(g, bits, qjl);
   absl::StatusOr<BlockCodec> codec = BlockCodec::Create(BlockShape{2, 16, 2, 256, DType::kFloat16}, spec);
   ASSERT_TRUE(codec.ok());
   Blocks b = MakeBlocks(*codec, 3, 5);

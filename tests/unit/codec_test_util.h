@@ -60,6 +60,17 @@ inline double RelMse(const BlockShape& s, const std::vector<uint8_t>& raw,
   return e / r;
 }
 
+// The codec that exercises one (g, bits, qjl) kernel instance in both sections: K with QJL when
+// `qjl`, V without, and the first layer protected at 16 bits (the plain-copy path).
+inline CodecSpec KernelInstanceSpec(int g, int bits, bool qjl) {
+  CodecSpec spec;
+  spec.key = SectionCodec{bits, g, qjl};
+  spec.value = SectionCodec{bits, g, false};
+  spec.protected_first_layers = 1;
+  spec.protected_bits = 16;
+  return spec;
+}
+
 }  // namespace turbokv::codec::testing_util
 
 #endif  // TURBOKV_TESTS_UNIT_CODEC_TEST_UTIL_H_

@@ -246,11 +246,7 @@ class WarpKernelConfigs : public testing::TestWithParam<std::tuple<int, int, boo
 // Every (g, bits, qjl) template instance, K and V alike, fp16 protected layers too.
 TEST_P(WarpKernelConfigs, PackedBytesAndDecodedValues) {
   const auto& [g, bits, qjl] = GetParam();
-  CodecSpec spec;
-  spec.key = SectionCodec{bits, g, qjl};
-  spec.value = SectionCodec{bits, g, false};
-  spec.protected_first_layers = 1;
-  spec.protected_bits = 16;
+  const CodecSpec spec = testing_util::KernelInstanceSpec(g, bits, qjl);
   ExpectMatchesCpu(BlockShape{2, 3, 2, 256, DType::kFloat16}, spec, 1);
 }
 

@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/casts.h"
+
 namespace turbokv::testing_util {
 
 class WarpEmulator;
@@ -129,23 +131,13 @@ class WarpEmulator {
 };
 
 inline float EmulatedWarp::ShflXor(float v, int mask) const {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  u = emu_->Collective(lane_, WarpEmulator::Op::kShflXor, u, mask);
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return absl::bit_cast<float>(ShflXor(absl::bit_cast<uint32_t>(v), mask));
 }
 inline uint32_t EmulatedWarp::ShflXor(uint32_t v, int mask) const {
   return emu_->Collective(lane_, WarpEmulator::Op::kShflXor, v, mask);
 }
 inline float EmulatedWarp::Shfl(float v, int src_lane) const {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  u = emu_->Collective(lane_, WarpEmulator::Op::kShfl, u, src_lane);
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return absl::bit_cast<float>(emu_->Collective(lane_, WarpEmulator::Op::kShfl, absl::bit_cast<uint32_t>(v), src_lane));
 }
 inline void EmulatedWarp::Sync() const { emu_->Collective(lane_, WarpEmulator::Op::kSync, 0, 0); }
 
