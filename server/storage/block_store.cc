@@ -511,6 +511,7 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
   std::vector<std::string> keys(hashes.size());
   std::vector<size_t> to_read;
   std::vector<uint64_t> checksums;  // per to_read: the checksum the index expects
+  std::vector<uint64_t> versions;   // per to_read: the index entry's version at that time
   std::vector<std::string> expired;
   const int64_t now = clock_->NowSeconds();
   bool all_bound = true;
@@ -531,6 +532,7 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
       }
       to_read.push_back(i);
       checksums.push_back(e->checksum);
+      versions.push_back(e->version);
       all_bound &= e->checksum != 0;
     }
   }
@@ -566,12 +568,18 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
         continue;
       }
       if (checksums[j] != 0 && TrailerOf(value) != checksums[j]) {
-        // Either a put of this key landed between the index check and the read (then the
-        // index has the new checksum), or RocksDB returned another key's value.
+        // Either a put of this key reached RocksDB between the index check and the read, or
+        // RocksDB returned another key's value. A put writes RocksDB with its key claimed and
+        // publishes the new checksum (and version) to the index afterwards, so a claimed key or
+        // a changed version means a concurrent overwrite: the bytes read are some whole put's,
+        // but not provably this key's as the index knew it — a miss, never a deletion.
         std::lock_guard<std::mutex> l(mu_);
         const IndexEntry* e = index_.Find(keys[i]);
         if (e == nullptr || e->checksum != TrailerOf(value)) {
-          corrupt.push_back(keys[i]);
+          const bool overwritten =
+              busy_.contains(absl::string_view(keys[i])) || e == nullptr ||
+              e->version != versions[j];
+          if (!overwritten) corrupt.push_back(keys[i]);
           continue;
         }
       }
