@@ -24,7 +24,7 @@ import ctypes
 import dataclasses
 import glob
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -43,12 +43,17 @@ class CodecUnavailable(RuntimeError):
 
 
 class CodecError(RuntimeError):
-    """A codec call failed; ``code`` is the absl/gRPC status code, ``message`` its text."""
+    """A codec call failed; ``code`` is the absl/gRPC status code, ``message`` its text.
 
-    def __init__(self, code: int, message: str):
+    ``block_codes``: for a call over many blocks (``cuda_decode.decode_to_device``), the
+    status code of each block in order (0 for a block that decoded); empty otherwise.
+    """
+
+    def __init__(self, code: int, message: str, block_codes: Optional[List[int]] = None):
         super().__init__("codec error %d: %s" % (code, message))
         self.code = code
         self.message = message
+        self.block_codes: List[int] = list(block_codes or [])
 
 
 class _Shape(ctypes.Structure):

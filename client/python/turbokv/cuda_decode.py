@@ -81,10 +81,11 @@ def decode_to_device(codec: LocalCodec, packed: Sequence[bytes], out,
             raise TypeError("out must be a CUDA tensor (this one is on %s)" % out.device)
         if not out.is_contiguous():
             raise ValueError("out must be contiguous")
-        dt = _TORCH_DTYPES.get(str(out.dtype).replace("torch.", ""))
-        if dt is None or (out_dtype is not None and out_dtype != dt):
+        tensor_dt = _TORCH_DTYPES.get(str(out.dtype).replace("torch.", ""))
+        if tensor_dt is None or (out_dtype is not None and out_dtype != tensor_dt):
             raise TypeError("out dtype %s is not float16, bfloat16 or float32%s"
                             % (out.dtype, "" if out_dtype is None else " matching " + out_dtype))
+        dt = tensor_dt
         ptr, nbytes, dev = out.data_ptr(), out.numel() * out.element_size(), out.device.index
         if stream is None:
             import torch  # only reached with a tensor, so torch is there
@@ -106,6 +107,5 @@ def decode_to_device(codec: LocalCodec, packed: Sequence[bytes], out,
     rc = lib.tkv_cuda_decode_to_device(codec._h, dev, ptrs, lens, n, DTYPES[dt], begin, end,
                                        ptr, nbytes, stream or 0, int(verify_checksum), codes)
     if rc != 0:
-        err = CodecError(rc, (lib.tkv_last_error() or b"").decode(errors="replace"))
-        err.block_codes = list(codes)[:n]
-        raise err
+        raise CodecError(rc, (lib.tkv_last_error() or b"").decode(errors="replace"),
+                         list(codes)[:n])
