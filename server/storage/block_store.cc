@@ -11,46 +11,31 @@
 #include "rocksdb/slice.h"
 #include "rocksdb/write_batch.h"
 #include "server/storage/rocksdb_status.h"
+#include "server/storage/store_format.h"
+#include "server/storage/store_repair.h"
+#include "spdlog/spdlog.h"
 #include "turbokv/codec/status_macros.h"
 
 namespace turbokv::server {
 namespace {
 
-constexpr char kCfBlocks[] = "blocks";
-constexpr char kCfMeta[] = "block_meta";
-constexpr char kCfAccess[] = "access";
-constexpr char kCfNamespaces[] = "namespaces";
+using format::EncodeAccess;
+using format::EncodeMeta;
+using format::GetFixed64BE;
+using format::GetFixed64LE;
+using format::NamespaceKey;
+using format::PutFixed64BE;
+using format::PutFixed64LE;
+using format::TrailerOf;
 constexpr uint8_t kRecordVersion = 1;
 
-void PutFixed64BE(std::string* out, uint64_t v) {
-  for (int i = 7; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t GetFixed64BE(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-void PutFixed64LE(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
 void PutFixed32LE(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t GetFixed64LE(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
 }
 uint32_t GetFixed32LE(const char* p) {
   uint32_t v = 0;
   for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
   return v;
-}
-
-std::string NamespaceKey(uint64_t id) {
-  std::string key;
-  PutFixed64BE(&key, id);
-  return key;
 }
 
 std::string BlockKey(uint64_t namespace_id, std::string_view hash) {
@@ -67,29 +52,6 @@ uint64_t ChargeFor(size_t key_bytes, size_t value_bytes) {
   return value_bytes + 3 * key_bytes + 24;
 }
 
-// block_meta value: fixed64 LE value bytes | fixed64 LE put time | fixed64 LE checksum (the
-// value's trailing 8 bytes; absent in metadata written before it existed).
-std::string EncodeMeta(uint64_t value_bytes, int64_t put_time, uint64_t checksum) {
-  std::string v;
-  PutFixed64LE(&v, value_bytes);
-  PutFixed64LE(&v, static_cast<uint64_t>(put_time));
-  PutFixed64LE(&v, checksum);
-  return v;
-}
-
-// The trailing 8 bytes of a packed block (its xxHash3-64 checksum, FORMAT.md), 0 when shorter.
-uint64_t TrailerOf(std::string_view value) {
-  return value.size() < 8 ? 0 : GetFixed64LE(value.data() + value.size() - 8);
-}
-
-std::string EncodeAccess(int64_t last_access) {
-  std::string v;
-  PutFixed64LE(&v, static_cast<uint64_t>(last_access));
-  return v;
-}
-
-// namespaces value: u8 version (1) | u32 LE ttl_seconds | u64 LE logical_block_bytes |
-// descriptor bytes.
 std::string EncodeRecord(const NamespaceRecord& r) {
   std::string v;
   v.push_back(static_cast<char>(kRecordVersion));
@@ -148,54 +110,63 @@ absl::Status BlockStore::OpenDb() {
     return absl::UnavailableError(
         absl::StrCat("cannot create data directory ", options_.data_dir, ": ", ec.message()));
   }
-  rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  // Column families are flushed together, so a crash with the WAL off (durability none)
-  // cannot leave a value without its metadata or the other way round.
-  db_options.atomic_flush = true;
-  db_options.max_background_jobs = 2;
-  db_options.keep_log_file_num = 4;
-
-  rocksdb::ColumnFamilyOptions small;
-  small.compression = rocksdb::kNoCompression;
-  rocksdb::ColumnFamilyOptions blocks = small;
-  // Packed blocks are incompressible and large: keep them in blob files so compaction moves
-  // only keys, and let blob GC reclaim space of deleted blocks.
-  blocks.enable_blob_files = true;
-  blocks.min_blob_size = options_.min_blob_size;
-  blocks.blob_file_size = uint64_t{256} << 20;
-  blocks.blob_compression_type = rocksdb::kNoCompression;
-  blocks.enable_blob_garbage_collection = true;
-
-  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
-      {rocksdb::kDefaultColumnFamilyName, small},
-      {kCfBlocks, blocks},
-      {kCfMeta, small},
-      {kCfAccess, small},
-      {kCfNamespaces, small},
-  };
+  // Damaged files cost cache misses, not the store (store_repair.h, docs/faults.md).
+  TURBOKV_ASSIGN_OR_RETURN(repair_, RepairIfDamaged(options_, verifier_, clock_->NowSeconds()));
+  for (const std::string& f : repair_.findings) {
+    spdlog::error("data directory {} is damaged: {}", options_.data_dir, f);
+  }
+  if (repair_.access_rebuilt) {
+    spdlog::warn("access column family dropped and recreated: recency falls back to put times");
+  }
+  if (repair_.namespaces_rebuilt) {
+    spdlog::warn("namespace records rebuilt from their second copy");
+  }
+  if (repair_.salvaged) {
+    spdlog::warn("data directory {} salvaged: {} blocks recovered, {} dropped",
+                 options_.data_dir, repair_.salvaged_blocks, repair_.dropped_blocks);
+  }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, options_.data_dir, descriptors, &handles, &db_);
+  rocksdb::Status s = rocksdb::DB::Open(format::DbOptions(), options_.data_dir,
+                                        format::Descriptors(options_), &handles, &db_);
   TURBOKV_RETURN_IF_ERROR(FromRocksDb(s, absl::StrCat("open ", options_.data_dir)));
-  cf_default_ = handles[0];
-  cf_blocks_ = handles[1];
-  cf_meta_ = handles[2];
-  cf_access_ = handles[3];
-  cf_namespaces_ = handles[4];
+  cf_default_ = handles[format::kDefault];
+  cf_blocks_ = handles[format::kBlocks];
+  cf_meta_ = handles[format::kMeta];
+  cf_access_ = handles[format::kAccess];
+  cf_namespaces_ = handles[format::kNamespaces];
+  cf_namespaces_copy_ = handles[format::kNamespacesCopy];
   return absl::OkStatus();
 }
 
 absl::Status BlockStore::Recover() {
-  {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_namespaces_));
+  // Namespace records live in two column families (two sets of SST files); a record missing
+  // from one (a store written before the copy existed, or a crash) is written back to it.
+  absl::flat_hash_map<uint64_t, std::string> in_primary, in_copy;
+  for (auto [cf, into] : {std::pair{cf_namespaces_, &in_primary}, std::pair{cf_namespaces_copy_,
+                                                                             &in_copy}}) {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       if (it->key().size() != 8) continue;
-      uint64_t id = GetFixed64BE(it->key().data());
-      TURBOKV_ASSIGN_OR_RETURN(NamespaceRecord r, DecodeRecord(id, it->value().ToStringView()));
-      namespaces_[id] = std::move(r);
+      (*into)[GetFixed64BE(it->key().data())] = it->value().ToString();
     }
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(it->status(), "scan namespaces"));
+  }
+  {
+    rocksdb::WriteBatch fix;
+    for (auto [from, to, cf] : {std::tuple{&in_primary, &in_copy, cf_namespaces_copy_},
+                                std::tuple{&in_copy, &in_primary, cf_namespaces_}}) {
+      for (const auto& [id, v] : *from) {
+        if (!to->contains(id)) {
+          TURBOKV_RETURN_IF_ERROR(FromRocksDb(fix.Put(cf, NamespaceKey(id), v), "batch put"));
+        }
+      }
+    }
+    for (const auto& [id, v] : in_copy) in_primary.emplace(id, v);
+    if (fix.Count() > 0) TURBOKV_RETURN_IF_ERROR(WriteSync(&fix));
+  }
+  for (const auto& [id, v] : in_primary) {
+    TURBOKV_ASSIGN_OR_RETURN(NamespaceRecord r, DecodeRecord(id, v));
+    namespaces_[id] = std::move(r);
   }
   // Merge-join block_meta with access (same keys, same order).
   std::vector<IndexEntry> entries;
@@ -255,13 +226,19 @@ BlockStore::~BlockStore() {
   (void)FlushAccessTimes();
   rocksdb::FlushOptions flush;
   flush.wait = true;
-  (void)db_->Flush(flush, {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_});
+  (void)db_->Flush(flush, {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_, cf_namespaces_copy_});
   for (rocksdb::ColumnFamilyHandle* h :
-       {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_}) {
+       {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_, cf_namespaces_copy_}) {
     if (h != nullptr) (void)db_->DestroyColumnFamilyHandle(h);
   }
   (void)db_->Close();
   delete db_;
+}
+
+absl::Status BlockStore::WriteSync(rocksdb::WriteBatch* batch) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocksDb(db_->Write(wo, batch), "write batch");
 }
 
 absl::Status BlockStore::Write(rocksdb::WriteBatch* batch, bool durable) {
@@ -301,9 +278,14 @@ void BlockStore::ReleaseKeys(const std::vector<std::string_view>& keys) {
 absl::Status BlockStore::PutNamespace(const NamespaceRecord& record) {
   std::lock_guard<std::mutex> wl(namespace_mu_);
   rocksdb::WriteBatch batch;
-  TURBOKV_RETURN_IF_ERROR(FromRocksDb(
-      batch.Put(cf_namespaces_, NamespaceKey(record.id), EncodeRecord(record)), "batch put"));
-  TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
+  for (rocksdb::ColumnFamilyHandle* cf : {cf_namespaces_, cf_namespaces_copy_}) {
+    TURBOKV_RETURN_IF_ERROR(
+        FromRocksDb(batch.Put(cf, NamespaceKey(record.id), EncodeRecord(record)), "batch put"));
+  }
+  // A registration is rare and everything else depends on it: WAL on and fsync'ed whatever
+  // the durability option says (with `none`, blocks may be lost in a crash, their namespace
+  // never).
+  TURBOKV_RETURN_IF_ERROR(WriteSync(&batch));
   std::lock_guard<std::mutex> l(mu_);
   auto old = namespaces_.find(record.id);
   const bool ttl_changed = old != namespaces_.end() && old->second.ttl_seconds != record.ttl_seconds;
@@ -351,7 +333,9 @@ absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
   for (rocksdb::ColumnFamilyHandle* cf : {cf_blocks_, cf_meta_, cf_access_}) {
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.DeleteRange(cf, begin, end), "batch delete range"));
   }
-  TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Delete(cf_namespaces_, begin), "batch delete"));
+  for (rocksdb::ColumnFamilyHandle* cf : {cf_namespaces_, cf_namespaces_copy_}) {
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Delete(cf, begin), "batch delete"));
+  }
   TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
   std::lock_guard<std::mutex> l(mu_);
   std::vector<IndexEntry> entries = index_.EntriesOf(id);
@@ -782,6 +766,7 @@ StoreStats BlockStore::Stats() const {
   s.evicted_bytes = evicted_bytes_;
   s.expired_blocks = expired_blocks_;
   s.checksum_failures = checksum_failures_;
+  s.repair = repair_;
   for (const auto& [id, r] : namespaces_) {
     NamespaceStatsEntry n;
     n.record = r;
@@ -803,7 +788,7 @@ StoreStats BlockStore::Stats() const {
 DbStats BlockStore::GetDbStats() const {
   DbStats d;
   for (rocksdb::ColumnFamilyHandle* cf :
-       {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_}) {
+       {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_, cf_namespaces_copy_}) {
     uint64_t v = 0;
     if (db_->GetIntProperty(cf, "rocksdb.total-sst-files-size", &v)) d.sst_bytes += v;
     if (db_->GetIntProperty(cf, "rocksdb.total-blob-file-size", &v)) d.blob_bytes += v;

@@ -10,7 +10,14 @@
 //   access      same key -> fixed64 LE last access (unix seconds). Written in batches by the
 //               maintenance pass with the WAL off: an access time lost in a crash only makes
 //               eviction slightly less accurate. Entries without block_meta are ignored.
-//   namespaces  fixed64 BE namespace id -> NamespaceRecord (see block_store.cc)
+//   namespaces  fixed64 BE namespace id -> NamespaceRecord (see block_store.cc); written with
+//               the WAL on and fsync'ed whatever the durability option says
+//   namespaces_copy  the same records again, in the same WriteBatch: a damaged `namespaces`
+//               is rebuilt from it, and the other way round (store_repair.h)
+//
+// Damaged files (bit flips, truncation, a damaged MANIFEST) are found and repaired on open
+// (store_repair.h, docs/faults.md): the store starts and serves every block that could be
+// recovered; what was dropped is logged and reported in StoreStats::repair.
 //
 // All of a PutBlocks call (values, metadata, evicted blocks' deletions) is one WriteBatch:
 // a block is visible whole or not at all. Every value read is checked with the verifier (the
@@ -88,6 +95,16 @@ struct NamespaceStatsEntry {
   uint64_t logical_bytes = 0;  // blocks * logical_block_bytes
 };
 
+// What the repair on open found and did (store_repair.h). All zero/false for an intact store.
+struct RepairReport {
+  bool access_rebuilt = false;      // `access` dropped and recreated (recency from put times)
+  bool namespaces_rebuilt = false;  // one namespace copy rebuilt from the other
+  bool salvaged = false;            // full salvage into a fresh database
+  uint64_t salvaged_blocks = 0;     // blocks the salvage recovered
+  uint64_t dropped_blocks = 0;      // blocks known before the damage and not recovered
+  std::vector<std::string> findings;  // what was damaged, one line each (logged)
+};
+
 struct StoreStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;   // charged bytes (values + keys + metadata)
@@ -98,6 +115,7 @@ struct StoreStats {
   uint64_t evicted_bytes = 0;                   // charged bytes evicted since open
   uint64_t expired_blocks = 0;                  // TTL expiries since open
   uint64_t checksum_failures = 0;               // since open
+  RepairReport repair;                          // what the open repaired
   std::vector<NamespaceStatsEntry> namespaces;  // sorted by id
 };
 
@@ -171,6 +189,7 @@ class BlockStore {
   absl::Status OpenDb();
   absl::Status Recover();
   absl::Status Write(rocksdb::WriteBatch* batch, bool durable);
+  absl::Status WriteSync(rocksdb::WriteBatch* batch);  // WAL on, fsync'ed
   bool Expired(const IndexEntry& e, int64_t now) const;  // requires mu_
   int64_t ExpiryOf(const IndexEntry& e) const;            // requires mu_; 0 = never
   // Claims keys for a write: waits on busy_cv_ while any is claimed by another writer, then
@@ -193,6 +212,8 @@ class BlockStore {
   rocksdb::ColumnFamilyHandle* cf_meta_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_access_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_namespaces_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_namespaces_copy_ = nullptr;
+  RepairReport repair_;  // set by OpenDb
 
   std::mutex namespace_mu_;  // serializes PutNamespace / DropNamespace; taken before mu_
   mutable std::mutex mu_;    // guards everything below; never held across RocksDB I/O

@@ -1,0 +1,82 @@
+// The block store's on-disk layout (column families, keys, values, RocksDB options), shared by
+// the store (block_store.cc) and its repair path (store_repair.cc). The layout is described in
+// block_store.h. Internal to server/storage.
+#ifndef TURBOKV_SERVER_STORAGE_STORE_FORMAT_H_
+#define TURBOKV_SERVER_STORAGE_STORE_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "server/storage/storage_options.h"
+
+namespace turbokv::server::format {
+
+inline constexpr char kCfBlocks[] = "blocks";
+inline constexpr char kCfMeta[] = "block_meta";
+inline constexpr char kCfAccess[] = "access";
+inline constexpr char kCfNamespaces[] = "namespaces";
+// A second copy of every namespace record, in its own SST files: a damaged `namespaces` CF is
+// rebuilt from it (and the other way round).
+inline constexpr char kCfNamespacesCopy[] = "namespaces_copy";
+// Order of the handles OpenDb returns.
+enum CfIndex { kDefault = 0, kBlocks, kMeta, kAccess, kNamespaces, kNamespacesCopy, kNumCfs };
+
+inline void PutFixed64BE(std::string* out, uint64_t v) {
+  for (int i = 7; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+inline uint64_t GetFixed64BE(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+inline void PutFixed64LE(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+inline uint64_t GetFixed64LE(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+inline std::string NamespaceKey(uint64_t id) {
+  std::string key;
+  PutFixed64BE(&key, id);
+  return key;
+}
+
+// block_meta value: fixed64 LE value bytes | fixed64 LE put time | fixed64 LE checksum (the
+// value's trailing 8 bytes; absent in metadata written before it existed).
+inline std::string EncodeMeta(uint64_t value_bytes, int64_t put_time, uint64_t checksum) {
+  std::string v;
+  PutFixed64LE(&v, value_bytes);
+  PutFixed64LE(&v, static_cast<uint64_t>(put_time));
+  PutFixed64LE(&v, checksum);
+  return v;
+}
+
+// The trailing 8 bytes of a packed block (its xxHash3-64 checksum, FORMAT.md), 0 when shorter.
+inline uint64_t TrailerOf(std::string_view value) {
+  return value.size() < 8 ? 0 : GetFixed64LE(value.data() + value.size() - 8);
+}
+
+inline std::string EncodeAccess(int64_t last_access) {
+  std::string v;
+  PutFixed64LE(&v, static_cast<uint64_t>(last_access));
+  return v;
+}
+
+// The RocksDB options every open of the data directory uses (paranoid checks on; the repair
+// path turns them off for its first look at a damaged directory).
+rocksdb::DBOptions DbOptions();
+// Options of the named column family.
+rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptions& options);
+// Descriptors in CfIndex order.
+std::vector<rocksdb::ColumnFamilyDescriptor> Descriptors(const StorageOptions& options);
+
+}  // namespace turbokv::server::format
+
+#endif  // TURBOKV_SERVER_STORAGE_STORE_FORMAT_H_
