@@ -126,6 +126,9 @@ void ByteBudget::TimerLoop() {
           ") stayed spent while this call waited for ", bytes, " bytes; retry later")));
     }
     for (Callback& c : ready) c(absl::OkStatus());
+    // Callables may own their caller (a reactor's reference): dropped outside the lock.
+    expired.clear();
+    ready.clear();
     l.lock();
   }
 }

@@ -196,16 +196,17 @@ void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
       ++tasks_;
       ++batch->decodes;
       const bool queued = ctx_->pool->Submit(
-          [this, batch, j] {
-            DecodeTask(batch, j.block, j.first_message, j.messages, j.layer_begin, j.layer_end);
+          [self = Ref(this), batch, j] {
+            self->DecodeTask(batch, j.block, j.first_message, j.messages, j.layer_begin,
+                             j.layer_end);
           },
-          [this, batch](const absl::Status& status) {
-            std::unique_lock<std::mutex> l2(mu_);
-            ctx_->metrics->RecordInternalFailure();
-            --tasks_;
+          [self = Ref(this), batch](const absl::Status& status) {
+            std::unique_lock<std::mutex> l2(self->mu_);
+            self->ctx_->metrics->RecordInternalFailure();
+            --self->tasks_;
             --batch->decodes;
-            Fail(status);
-            Pump(l2);
+            self->Fail(status);
+            self->Pump(l2);
           });
       if (!queued) {
         --tasks_;
@@ -314,7 +315,7 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
       fetch_reserved = fetch_count * per_block;
       const ByteBudget::Ticket t = ctx_->budget->Acquire(
           fetch_reserved, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
-          [this](const absl::Status& status) { OnBudget(status); });
+          [self = Ref(this)](const absl::Status& status) { self->OnBudget(status); });
       if (t == 0) {
         held_bytes_ += fetch_reserved;
         fetching_ = true;
@@ -346,15 +347,15 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
   if (release != 0) ctx_->budget->Release(release);
   if (start_fetch) {
     const bool queued = ctx_->io_pool->Submit(
-        [this, fetch_begin, fetch_count, fetch_reserved] {
-          Fetch(fetch_begin, fetch_count, fetch_reserved);
+        [self = Ref(this), fetch_begin, fetch_count, fetch_reserved] {
+          self->Fetch(fetch_begin, fetch_count, fetch_reserved);
         },
-        [this](const absl::Status& s) {
-          std::unique_lock<std::mutex> l2(mu_);
-          --tasks_;
-          fetching_ = false;
-          Fail(s);
-          Pump(l2);
+        [self = Ref(this)](const absl::Status& s) {
+          std::unique_lock<std::mutex> l2(self->mu_);
+          --self->tasks_;
+          self->fetching_ = false;
+          self->Fail(s);
+          self->Pump(l2);
         });
     if (!queued) {
       std::unique_lock<std::mutex> l2(mu_);

@@ -27,6 +27,7 @@
 #include <mutex>
 
 #include "grpcpp/grpcpp.h"
+#include "server/service/reactor_ref.h"
 #include "server/service/service_context.h"
 #include "turbokv/v1/turbokv.pb.h"
 
@@ -35,16 +36,21 @@ namespace turbokv::server {
 // Largest `data` of one GetBlocksResponse.
 inline constexpr size_t kMaxResponseChunkBytes = size_t{1} << 20;
 
-class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResponse> {
+// Owned by gRPC and by its pending pool tasks and budget callback (reactor_ref.h): deleted
+// when OnDone and the last of them have let go.
+class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResponse>,
+                               public RefCountedReactor {
  public:
   GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
                    const v1::GetBlocksRequest* request);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override { delete this; }
+  void OnDone() override { ReleaseGrpcRef(); }
 
  private:
+  using Ref = ReactorRef<GetBlocksReactor>;
+
   struct Batch;
 
   [[nodiscard]] absl::Status Prepare();

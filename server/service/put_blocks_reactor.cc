@@ -344,8 +344,8 @@ void PutBlocksReactor::FeedSections(const BlockPtr& b, std::string data) {
 
 void PutBlocksReactor::SpawnEncode(const BlockPtr& b, std::shared_ptr<const std::string> data,
                                    size_t offset, size_t bytes, size_t first_section) {
-  Spawn(b, [this, b, data = std::move(data), offset, bytes, first_section] {
-    EncodeTask(b, data, offset, bytes, first_section);
+  Spawn(b, [self = Ref(this), b, data = std::move(data), offset, bytes, first_section] {
+    self->EncodeTask(b, data, offset, bytes, first_section);
   });
 }
 
@@ -353,12 +353,13 @@ void PutBlocksReactor::Spawn(const BlockPtr& b, std::function<void()> task) {
   if (b->failed) return;
   ++b->tasks;
   ++tasks_;
-  const bool queued = ctx_->pool->Submit(std::move(task), [this, b](const absl::Status& status) {
-    std::unique_lock<std::mutex> l(mu_);
-    ctx_->metrics->RecordInternalFailure();
-    TaskDone(b, status);
-    Settle(l);
-  });
+  const bool queued =
+      ctx_->pool->Submit(std::move(task), [self = Ref(this), b](const absl::Status& status) {
+        std::unique_lock<std::mutex> l(self->mu_);
+        self->ctx_->metrics->RecordInternalFailure();
+        self->TaskDone(b, status);
+        self->Settle(l);
+      });
   if (!queued) {
     --b->tasks;
     --tasks_;
@@ -372,7 +373,7 @@ void PutBlocksReactor::OnBlockReceived(const BlockPtr& b) {
     MaybeReady(b);  // (when every section was encoded already)
     return;
   }
-  Spawn(b, [this, b] { WholeBlockTask(b); });
+  Spawn(b, [self = Ref(this), b] { self->WholeBlockTask(b); });
 }
 
 void PutBlocksReactor::EncodeTask(const BlockPtr& b, std::shared_ptr<const std::string> data,
@@ -485,14 +486,14 @@ void PutBlocksReactor::MaybeCommit() {
   committing_ = true;
   ++tasks_;
   const bool queued = ctx_->io_pool->Submit(
-      [this, batch] { CommitTask(batch); },
-      [this, batch](const absl::Status& status) {
-        std::unique_lock<std::mutex> l(mu_);
-        ctx_->metrics->RecordInternalFailure();
-        for (const BlockPtr& b : batch) FailBlock(b, status);
-        committing_ = false;
-        --tasks_;
-        Settle(l);
+      [self = Ref(this), batch] { self->CommitTask(batch); },
+      [self = Ref(this), batch](const absl::Status& status) {
+        std::unique_lock<std::mutex> l(self->mu_);
+        self->ctx_->metrics->RecordInternalFailure();
+        for (const BlockPtr& b : batch) self->FailBlock(b, status);
+        self->committing_ = false;
+        --self->tasks_;
+        self->Settle(l);
       });
   if (!queued) {
     committing_ = false;
@@ -543,7 +544,7 @@ void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
       paused_ = false;
       const ByteBudget::Ticket t = ctx_->budget->Acquire(
           kReadReserveBytes, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
-          [this](const absl::Status& status) { OnBudget(status); });
+          [self = Ref(this)](const absl::Status& status) { self->OnBudget(status); });
       if (t == 0) {
         held_bytes_ += kReadReserveBytes;
         read_pending_ = true;

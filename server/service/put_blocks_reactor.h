@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
+#include "server/service/reactor_ref.h"
 #include "server/service/service_context.h"
 #include "turbokv/v1/turbokv.pb.h"
 
@@ -52,16 +53,21 @@ namespace turbokv::server {
 [[nodiscard]] absl::Status ValidatePackedBlock(const Namespace& ns,
                                                absl::Span<const uint8_t> packed);
 
-class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksRequest> {
+// Owned by gRPC and by its pending pool tasks and budget callback (reactor_ref.h): deleted
+// when OnDone and the last of them have let go.
+class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksRequest>,
+                               public RefCountedReactor {
  public:
   PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
                    v1::PutBlocksResponse* response);
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override { delete this; }
+  void OnDone() override { ReleaseGrpcRef(); }
 
  private:
+  using Ref = ReactorRef<PutBlocksReactor>;
+
   struct Block;
   using BlockPtr = std::shared_ptr<Block>;
 

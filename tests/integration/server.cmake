@@ -27,3 +27,17 @@ if(TARGET turbokv-server)
   gtest_discover_tests(server_limits_tests
     PROPERTIES LABELS integration TIMEOUT 180 DISCOVERY_TIMEOUT 30)
 endif()
+
+# Reactor lifetimes: many clients cancelling streams while pool work is pending, same binary.
+if(TARGET turbokv-server)
+  add_executable(server_lifetime_tests
+    ${CMAKE_SOURCE_DIR}/tests/integration/server_lifetime_test.cc)
+  target_include_directories(server_lifetime_tests PRIVATE ${CMAKE_SOURCE_DIR}/tests/integration)
+  target_compile_definitions(server_lifetime_tests PRIVATE
+    TURBOKV_SERVER_BINARY="$<TARGET_FILE:turbokv-server>")
+  target_link_libraries(server_lifetime_tests PRIVATE turbokv::proto gRPC::grpc++ GTest::gtest
+                        GTest::gtest_main)
+  add_dependencies(server_lifetime_tests turbokv-server)
+  gtest_discover_tests(server_lifetime_tests
+    PROPERTIES LABELS integration TIMEOUT 300 DISCOVERY_TIMEOUT 30)
+endif()
