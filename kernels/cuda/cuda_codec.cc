@@ -391,7 +391,8 @@ class CudaCodecImpl final : public CudaCodec {
       for (size_t j = 0; j < lane.count; ++j) {
         const size_t i = todo[lane.first + j];
         if (errors[j] != 0) {
-          // Bad input: the CPU encode names the position (and agrees that the block fails).
+          // Bad input or a scale beyond fp16: the CPU encode names the position of a
+          // non-finite value, or writes the block with the group's wide scale (FORMAT.md).
           block_status[i] = codec.Encode(raws[i], packeds[i], CpuIsa::kScalar);
           continue;
         }

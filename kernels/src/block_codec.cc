@@ -195,9 +195,16 @@ absl::Status BlockCodec::EncodeSections(absl::Span<const uint8_t> raw_sections, 
         return absl::InvalidArgumentError(absl::StrCat("non-finite value at ", where, " coordinate ",
                                                        err.coordinate, "; KV values must be finite"));
       }
+      if (plan.codec.bits == 16) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "value too large at ", where, " coordinate ", err.coordinate,
+            ": a 16-bit section stores fp16 (max 65504); protect layers at 8 bits (any "
+            "magnitude) or keep them raw"));
+      }
+      // Wide scales (FORMAT.md) take any finite norm; only a degenerate reconstruction fails.
       return absl::InvalidArgumentError(absl::StrCat(
           "value too large at ", where, " group starting at coordinate ", err.coordinate,
-          ": its scale does not fit fp16 (max 65504)"));
+          ": not even its wide (bf16 x 2^72) scale is finite"));
     }
   }
   return absl::OkStatus();
@@ -267,10 +274,16 @@ absl::Status BlockCodec::ValidatePackedValues(absl::Span<const uint8_t> packed) 
     return absl::DataLossError(absl::StrCat("packed block is ", packed.size(),
                                             " bytes; this codec's blocks are ", packed_bytes_));
   }
-  // Largest fp16 bit patterns allowed: 0x7BFF = 65504 (anything above is Inf/NaN or has the
-  // sign bit set), 0x4000 = 2.0.
+  // Largest fp16 bit patterns allowed: 0x7BFF = 65504 (0x7C00..0x7FFF are Inf/NaN), 0x4000 =
+  // 2.0. Scales with the sign bit set are wide (FORMAT.md, "Wide scales"): 0x8000 | bf16, valid
+  // up to 0xFF7F (0xFF80.. are a bf16 Inf/NaN).
   constexpr uint16_t kMaxScaleBits = 0x7BFF;
+  constexpr uint16_t kMaxWideScaleBits = 0xFF7F;
   constexpr uint16_t kMaxResidualBits = 0x4000;
+  auto bad_scale = [](uint16_t h) {
+    return internal::IsWideScale(h) ? h > kMaxWideScaleBits : h > kMaxScaleBits;
+  };
+  auto bad_residual = [](uint16_t h) { return h > kMaxResidualBits; };
   const size_t vectors = shape_.vectors_per_section();
   for (size_t s = 0; s < plans_.size(); ++s) {
     const SectionPlan& plan = plans_[s];
@@ -292,29 +305,29 @@ absl::Status BlockCodec::ValidatePackedValues(absl::Span<const uint8_t> packed) 
     }
     const internal::SectionLayout lay =
         internal::LayoutOf(plan.codec, vectors, shape_.head_dim, shape_.dtype);
-    auto check = [&](size_t at, uint16_t max_bits, const char* what) -> absl::Status {
-      uint16_t worst = 0;
+    auto check = [&](size_t at, auto bad, const char* what, const char* why) -> absl::Status {
+      bool any = false;
       for (size_t i = 0; i < lay.groups; ++i) {
         uint16_t h;
         std::memcpy(&h, section + at + 2 * i, 2);
-        worst = std::max(worst, h);
+        any |= bad(h);
       }
-      if (worst <= max_bits) return absl::OkStatus();
+      if (!any) return absl::OkStatus();
       for (size_t i = 0; i < lay.groups; ++i) {
         uint16_t h;
         std::memcpy(&h, section + at + 2 * i, 2);
-        if (h > max_bits) {
+        if (bad(h)) {
           return absl::InvalidArgumentError(absl::StrCat(
-              where(), " group ", i, ": ", what, " 0x", absl::Hex(h, absl::kZeroPad4),
-              max_bits == kMaxScaleBits ? " is not a finite non-negative fp16"
-                                        : " is not a finite fp16 in [0, 2]"));
+              where(), " group ", i, ": ", what, " 0x", absl::Hex(h, absl::kZeroPad4), why));
         }
       }
       return absl::OkStatus();
     };
-    TURBOKV_RETURN_IF_ERROR(check(lay.scales, kMaxScaleBits, "scale"));
+    TURBOKV_RETURN_IF_ERROR(check(lay.scales, bad_scale, "scale",
+                                  " is neither a finite non-negative fp16 nor a finite wide scale"));
     if (plan.codec.qjl) {
-      TURBOKV_RETURN_IF_ERROR(check(lay.residuals, kMaxResidualBits, "QJL residual norm"));
+      TURBOKV_RETURN_IF_ERROR(check(lay.residuals, bad_residual, "QJL residual norm",
+                                    " is not a finite fp16 in [0, 2]"));
     }
   }
   return absl::OkStatus();

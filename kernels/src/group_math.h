@@ -176,19 +176,37 @@ TURBOKV_HD void ReconstructRotated(const GroupParams& p, const uint8_t* idx,
   }
 }
 
-// Encodes one group of g source values already converted to float (all finite; the caller
-// checks). `sign_offset` is the index of the group's first coordinate in the head vector.
-// Returns false when the scale does not fit fp16 (the caller reports InvalidArgument).
-//   1. ss = Σ x_j² (index order); w = FWHT(D·x) (signs first, unnormalized transform).
-//   2. n = sqrt(ss); c = (1/sqrt g) / n; ss == 0 or c not finite -> all-zero group:
-//      scale 0, indices 0 (decodes to exact zeros).
-//   3. y_j = w_j · c (the rotated unit vector); idx_j = NearestLevel(y_j).
-//   4. QJL: r = y − levels[idx]; bit_i = (Σ_c S[i][c] r_c) >= 0; residual = fp16(||r||).
-//   5. scale = n / ||y_hat'|| with norm correction (y_hat' uses the fp16 residual), else n.
-// Normalizing after the transform (one multiply by c) is the same rotation as normalizing
-// first; the order is fixed here because it decides the exact float results.
-TURBOKV_HD bool EncodeGroup(const GroupParams& p, const float* x, int sign_offset,
-                            EncodedGroup* out) {
+// Wide scales (FORMAT.md, "Wide scales"). A group whose fp16 scale would not be finite (its
+// norm is beyond fp16's range: 32 values of 12,000 have norm 67,882) is encoded from
+// x · 2^-72 instead, and its scale is stored as 0x8000 | bf16(scale'), meaning
+// bf16(scale') · 2^72. Scales are never negative, so the sign bit of today's fp16 scales is
+// free; groups that fit fp16 keep exactly the bytes they had. 2^-72 keeps Σ x'² finite for any
+// finite fp32 input (|x'| < 2^56, g <= 256) and both multiplies by powers of two are exact
+// (up to underflow of values 2^-72 below the group's largest, which then hardly matter).
+inline constexpr uint16_t kWideScaleBit = 0x8000u;
+TURBOKV_HD float WideDown() { return 0x1p-72f; }
+TURBOKV_HD float WideUp() { return 0x1p72f; }
+TURBOKV_HD bool IsWideScale(uint16_t scale_h) { return (scale_h & kWideScaleBit) != 0; }
+// The fp32 value of a stored scale before the 2^72 of a wide one.
+TURBOKV_HD float ScaleBitsToFloat(uint16_t scale_h) {
+  return IsWideScale(scale_h) ? BFloat16ToFloat(static_cast<uint16_t>(scale_h & 0x7FFFu))
+                              : HalfToFloat(scale_h);
+}
+// Largest finite value of the output dtype (fp16 65504, bf16 0x7F7F, fp32 FLT_MAX): a decoded
+// value of a wide group is clamped to ±this before the final rounding, so a wide group always
+// decodes to finite values (a coordinate reconstructed slightly above a value near the dtype's
+// maximum would otherwise round to infinity).
+inline constexpr float kMaxHalf = 65504.0f;
+inline constexpr float kMaxBFloat16 = 0x1.fep127f;
+inline constexpr float kMaxFloat = 0x1.fffffep127f;
+TURBOKV_HD float ClampMagnitude(float v, float limit) {
+  return v > limit ? limit : (v < -limit ? -limit : v);
+}
+
+// Steps 1-5 of EncodeGroup up to the fp32 scale (returned in *scale; 0 for an all-zero group,
+// whose indices, residual and sign bits are then zero too).
+TURBOKV_HD void EncodeGroupSteps(const GroupParams& p, const float* x, int sign_offset,
+                                 EncodedGroup* out, float* scale_out) {
   float y[kMaxGroupSize];
   const int g = p.g;
   const float ss = SumSquares(x, g);
@@ -197,11 +215,11 @@ TURBOKV_HD bool EncodeGroup(const GroupParams& p, const float* x, int sign_offse
   const float n = sqrtf(ss);
   const float c = HadamardScale(g) / n;
   if (ss == 0.0f || !IsFiniteFloat(c)) {
-    out->scale = 0;
+    *scale_out = 0.0f;
     out->residual = 0;
     for (int i = 0; i < g; ++i) out->idx[i] = 0;
     for (int i = 0; i < g / 8; ++i) out->qjl_bits[i] = 0;
-    return true;
+    return;
   }
   for (int j = 0; j < g; ++j) y[j] = y[j] * c;
   for (int j = 0; j < g; ++j) out->idx[j] = static_cast<uint8_t>(NearestLevel(y[j], p.thresholds, p.bits));
@@ -229,19 +247,56 @@ TURBOKV_HD bool EncodeGroup(const GroupParams& p, const float* x, int sign_offse
     const float yn = sqrtf(SumSquares(y_hat, g));
     scale = n / yn;
   }
+  *scale_out = scale;
+}
+
+// Encodes one group of g source values already converted to float (all finite; the caller
+// checks). `sign_offset` is the index of the group's first coordinate in the head vector.
+// Returns false when not even a wide scale is finite (only possible for a degenerate
+// reconstruction; the caller reports InvalidArgument).
+//   1. ss = Σ x_j² (index order); w = FWHT(D·x) (signs first, unnormalized transform).
+//   2. n = sqrt(ss); c = (1/sqrt g) / n; ss == 0 or c not finite -> all-zero group:
+//      scale 0, indices 0 (decodes to exact zeros).
+//   3. y_j = w_j · c (the rotated unit vector); idx_j = NearestLevel(y_j).
+//   4. QJL: r = y − levels[idx]; bit_i = (Σ_c S[i][c] r_c) >= 0; residual = fp16(||r||).
+//   5. scale = n / ||y_hat'|| with norm correction (y_hat' uses the fp16 residual), else n;
+//      stored as fp16(scale) when that is finite, else the group is encoded again from
+//      x · 2^-72 and stored with a wide scale 0x8000 | bf16(scale').
+// Normalizing after the transform (one multiply by c) is the same rotation as normalizing
+// first; the order is fixed here because it decides the exact float results.
+TURBOKV_HD bool EncodeGroup(const GroupParams& p, const float* x, int sign_offset,
+                            EncodedGroup* out) {
+  float scale;
+  EncodeGroupSteps(p, x, sign_offset, out, &scale);
   out->scale = FloatToHalf(scale);
-  return (out->scale & 0x7C00u) != 0x7C00u;
+  if ((out->scale & 0x7C00u) != 0x7C00u) return true;
+  float xs[kMaxGroupSize];
+  for (int j = 0; j < p.g; ++j) xs[j] = x[j] * WideDown();
+  EncodeGroupSteps(p, xs, sign_offset, out, &scale);
+  const uint16_t b = FloatToBFloat16(scale);
+  if ((b & 0x7F80u) == 0x7F80u) return false;
+  out->scale = b == 0 ? 0 : static_cast<uint16_t>(kWideScaleBit | b);
+  return true;
 }
 
 // Decodes one group into x (floats before the final cast to the output dtype):
-//   z = FWHT(y_hat'); m = scale · (1/sqrt g); x_j = ±(z_j · m).
+//   z = FWHT(y_hat'); m = scale · (1/sqrt g); x_j = ±(z_j · m); for a wide scale
+//   x_j = ±clamp((z_j · m) · 2^72, limit) with `limit` the output dtype's largest finite value.
 TURBOKV_HD void DecodeGroup(const GroupParams& p, const uint8_t* idx, const uint8_t* qjl_bits,
-                            uint16_t scale_h, uint16_t residual_h, int sign_offset, float* x) {
+                            uint16_t scale_h, uint16_t residual_h, int sign_offset, float limit,
+                            float* x) {
   const int g = p.g;
   ReconstructRotated(p, idx, qjl_bits, HalfToFloat(residual_h), x);
   FwhtInPlace(x, g);
-  const float m = HalfToFloat(scale_h) * HadamardScale(g);
-  for (int j = 0; j < g; ++j) x[j] = FlipSign(x[j] * m, SignNegative(p.sign_key, sign_offset + j));
+  const float m = ScaleBitsToFloat(scale_h) * HadamardScale(g);
+  if (!IsWideScale(scale_h)) {
+    for (int j = 0; j < g; ++j) x[j] = FlipSign(x[j] * m, SignNegative(p.sign_key, sign_offset + j));
+    return;
+  }
+  for (int j = 0; j < g; ++j) {
+    x[j] = FlipSign(ClampMagnitude((x[j] * m) * WideUp(), limit),
+                    SignNegative(p.sign_key, sign_offset + j));
+  }
 }
 
 }  // namespace turbokv::codec::internal

@@ -445,7 +445,8 @@ bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, 
   });
   if (!ok) return false;
   // The remaining (< 8) groups take the scalar path (identical math); on a non-finite value
-  // or an overflow the caller reruns the whole section on it to report the position.
+  // or a scale beyond fp16 the caller reruns the whole section on it, which reports the
+  // position or writes the wide scales (group_math.h).
   if (EncodeGroupsScalar(job, lay, full, lay.groups, src, dst).kind != EncodeError::kNone) return false;
   err->kind = EncodeError::kNone;
   return true;
@@ -459,6 +460,8 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
   const GroupParams& p = job.params;
   const int g = p.g;
   const SectionLayout lay = LayoutOf(job.codec, job.vectors, job.head_dim, job.source);
+  // Wide scales (rare: group norms beyond fp16) take the scalar path, the definition.
+  if (HasWideScale(src + lay.scales, lay.groups)) return false;
   const size_t full = lay.groups / kLanes * kLanes;
   const size_t done = allow_avx512 ? DecodeSectionAvx512(job, lay, src, out_dtype, out) : 0;
   const bool ok = DispatchBitsAndGroup(p.bits, g, [&](auto bits, auto group) {

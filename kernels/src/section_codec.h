@@ -82,6 +82,12 @@ size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, cons
 int64_t EncodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, const uint8_t* src,
                             uint8_t* dst);
 
+// Largest finite value of `dtype` (the clamp of wide groups, group_math.h).
+float MaxFiniteOf(DType dtype);
+// True when any of the `groups` fp16 scales at `scales` is a wide scale (FORMAT.md, "Wide
+// scales"); the SIMD decoders leave such sections to the scalar path.
+bool HasWideScale(const uint8_t* scales, size_t groups);
+
 // Element conversions used by both paths.
 float LoadAsFloat(const uint8_t* p, DType dtype, size_t i);
 void StoreFromFloat(uint8_t* p, DType dtype, size_t i, float v);

@@ -51,6 +51,25 @@ std::vector<uint32_t> LaneSignMasks(uint64_t sign_key, int head_dim, int g) {
   return masks;
 }
 
+float MaxFiniteOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return kMaxHalf;
+    case DType::kBFloat16: return kMaxBFloat16;
+    case DType::kFloat32: return kMaxFloat;
+  }
+  return kMaxFloat;
+}
+
+bool HasWideScale(const uint8_t* scales, size_t groups) {
+  uint16_t any = 0;
+  for (size_t i = 0; i < groups; ++i) {
+    uint16_t h;
+    std::memcpy(&h, scales + 2 * i, 2);
+    any |= h;
+  }
+  return (any & kWideScaleBit) != 0;
+}
+
 float LoadAsFloat(const uint8_t* p, DType dtype, size_t i) {
   switch (dtype) {
     case DType::kFloat16: {
@@ -213,6 +232,7 @@ void DecodeGroupsScalar(const SectionJob& job, const SectionLayout& lay, size_t 
   float x[kMaxGroupSize];
   uint8_t idx[kMaxGroupSize];
   const uint8_t zero_bits[kMaxGroupSize / 8] = {};
+  const float limit = MaxFiniteOf(out_dtype);
   for (size_t gi = begin; gi < end; ++gi) {
     const int k = static_cast<int>(gi % groups_per_vector);
     uint16_t scale, residual = 0;
@@ -223,7 +243,7 @@ void DecodeGroupsScalar(const SectionJob& job, const SectionLayout& lay, size_t 
       std::memcpy(&residual, src + lay.residuals + 2 * gi, 2);
       qbits = src + lay.qjl_bits + gi * (g / 8);
     }
-    DecodeGroup(job.params, idx, qbits, scale, residual, k * g, x);
+    DecodeGroup(job.params, idx, qbits, scale, residual, k * g, limit, x);
     for (int j = 0; j < g; ++j) StoreFromFloat(out, out_dtype, gi * g + j, x[j]);
   }
 }

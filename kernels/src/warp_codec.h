@@ -569,6 +569,8 @@ TURBOKV_UNROLL
     const float yn = sqrtf(ChainSum<kG>(w, p, base_lane, [&](int r) { return v[r] * v[r]; }));
     scale = n / yn;
   }
+  // A scale beyond fp16 flags the block: the host encodes it again on the CPU, which writes
+  // the group's wide scale (group_math.h; rare, and the CPU's bytes are the definition).
   const uint16_t scale_h = zero ? 0 : FloatToHalf(scale);
   if (active && (scale_h & 0x7C00u) == 0x7C00u) SetFlag(io.error);
   if (!active) return;
@@ -674,9 +676,17 @@ TURBOKV_UNROLL
   float v[kE];
   Reconstruct<kG, kQjl>(cb, sec, p, idx, mask, residual_norm, v);
   Fwht<kG>(w, v, p);
-  const float m = HalfBitsToFloat(scale_h) * HadamardScale(kG);
+  // A wide scale (group_math.h): bf16 · 2^72, and the result clamped to the output dtype.
+  const bool wide = IsWideScale(scale_h);
+  const float m = (wide ? BFloat16ToFloat(static_cast<uint16_t>(scale_h & 0x7FFFu)) : HalfBitsToFloat(scale_h)) *
+                  HadamardScale(kG);
 TURBOKV_UNROLL
   for (int r = 0; r < kE; ++r) v[r] = v[r] * m;
+  if (wide) {
+    const float limit = io.dtype == DType::kFloat16 ? kMaxHalf : io.dtype == DType::kBFloat16 ? kMaxBFloat16 : kMaxFloat;
+TURBOKV_UNROLL
+    for (int r = 0; r < kE; ++r) v[r] = ClampMagnitude(v[r] * WideUp(), limit);
+  }
   const int gk = static_cast<int>(g_load % static_cast<size_t>(sec.groups_per_vector));
   ApplySigns<kG>(sec, gk, p, v);
   if (!active) return;

@@ -31,6 +31,17 @@ std::vector<std::vector<uint8_t>> Seeds() {
     EXPECT_TRUE(c.Encode(testing_util::RandomBlock(shape, 1), absl::MakeSpan(packed)).ok());
     seeds.push_back(packed);
   }
+  // Wide scales (FORMAT.md): fp32 groups beyond fp16's range, up to near the fp32 maximum.
+  const BlockShape shape{2, 2, 1, 32, DType::kFloat32};
+  BlockCodec c = *BlockCodec::Create(shape, *PresetSpec("k3v2-g32-qjl", 32), 7);
+  std::vector<uint8_t> raw = testing_util::RandomBlock(shape, 2);
+  for (size_t i = 0; i < shape.num_values(); i += 3) {
+    testing_util::StoreAs(shape.dtype, raw, i, (i % 2 ? 1e4f : -3e38f) * (static_cast<float>(i % 7 + 1) / 7));
+  }
+  std::vector<uint8_t> packed(c.packed_bytes());
+  const absl::Status s = c.Encode(raw, absl::MakeSpan(packed));
+  EXPECT_TRUE(s.ok()) << s;
+  seeds.push_back(packed);
   return seeds;
 }
 

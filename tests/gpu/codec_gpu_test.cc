@@ -146,6 +146,49 @@ TEST(GpuCodecTest, BadInputFailsOnlyItsBlock) {
   EXPECT_TRUE(Gpu()->healthy());
 }
 
+// Group norms beyond fp16 (kernels/FORMAT.md, "Wide scales"): the kernels flag the block, the
+// host encodes it on the CPU (the CPU's bytes); the device decodes wide scales itself, equal to
+// the CPU decode in every output dtype.
+TEST(GpuCodecTest, WideScalesEncodeAndDecodeLikeTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    const BlockShape shape{2, 4, 2, 64, dtype};
+    absl::StatusOr<BlockCodec> codec = BlockCodec::Create(shape, *PresetSpec("k4v4-g32", 64));
+    ASSERT_TRUE(codec.ok());
+    Blocks b = MakeBlocks(*codec, 3, 5);
+    const float huge = dtype == DType::kFloat32 ? 3.0e38f : 0x1.fep127f;
+    for (size_t j = 0; j < 64; ++j) {
+      testing_util::StoreAs(dtype, b.raw[1], j, 12000.0f);
+      testing_util::StoreAs(dtype, b.raw[1], 8 * 64 + j, j % 2 ? huge : -huge);
+    }
+    ASSERT_TRUE(codec->Encode(b.raw[1], absl::MakeSpan(b.cpu[1]), CpuIsa::kScalar).ok());
+    const absl::Status s = Gpu()->EncodeBatch(*codec, b.in, b.out, absl::MakeSpan(b.status));
+    ASSERT_TRUE(s.ok()) << s;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(b.status[i].ok()) << b.status[i];
+      EXPECT_EQ(b.gpu[i], b.cpu[i]) << "block " << i;
+    }
+    for (DType out : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      const size_t bytes = *codec->DecodedBytes(out, {});
+      std::vector<std::vector<uint8_t>> want(3, std::vector<uint8_t>(bytes)), got = want;
+      std::vector<absl::Span<const uint8_t>> in;
+      std::vector<absl::Span<uint8_t>> outs;
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(codec->Decode(b.cpu[i], out, {}, absl::MakeSpan(want[i]), CpuIsa::kScalar).ok());
+        in.push_back(b.cpu[i]);
+        outs.push_back(absl::MakeSpan(got[i]));
+      }
+      std::vector<absl::Status> st(3);
+      ASSERT_TRUE(Gpu()->DecodeBatch(*codec, in, out, {}, outs, absl::MakeSpan(st)).ok());
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(st[i].ok()) << st[i];
+        EXPECT_EQ(got[i], want[i]) << "block " << i << " out " << DTypeName(out);
+      }
+    }
+  }
+  EXPECT_TRUE(Gpu()->healthy());
+}
+
 TEST(GpuCodecTest, ManyChunksOverBothStreamsAndConcurrentCallers) {
   SKIP_WITHOUT_DEVICE();
   CudaCodecOptions options;

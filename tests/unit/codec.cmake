@@ -8,6 +8,7 @@ add_executable(codec_unit_tests
   ${CMAKE_SOURCE_DIR}/tests/unit/codec_isa_test.cc
   ${CMAKE_SOURCE_DIR}/tests/unit/codec_real_kv_test.cc
   ${CMAKE_SOURCE_DIR}/tests/unit/codec_validate_test.cc
+  ${CMAKE_SOURCE_DIR}/tests/unit/codec_wide_scale_test.cc
 )
 target_link_libraries(codec_unit_tests PRIVATE turbokv::codec turbokv_npy GTest::gtest
                       GTest::gtest_main absl::strings PkgConfig::XXHASH)

@@ -136,8 +136,9 @@ TEST(ValidatePackedValuesTest, PoisonedScalesAndResidualsAreInvalidArgument) {
   ASSERT_TRUE(c.ValidatePackedValues(good).ok());
   const size_t groups = shape.vectors_per_section() * shape.head_dim / 32;
   // Layer 1 V (section 3), group 5: scales.
-  for (uint16_t bad : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}, uint16_t{0xBC00},
-                       uint16_t{0x8000}}) {
+  // fp16 Inf/NaN, and wide scales (sign bit set) whose bf16 is Inf/NaN.
+  for (uint16_t bad : {uint16_t{0x7C00}, uint16_t{0x7E00}, uint16_t{0x7FFF}, uint16_t{0xFF80},
+                       uint16_t{0xFFC0}, uint16_t{0xFFFF}}) {
     std::vector<uint8_t> p = good;
     Put16(p, SectionOffset(c, p, 3) + 2 * 5, bad);
     Reseal(p);
@@ -155,9 +156,13 @@ TEST(ValidatePackedValuesTest, PoisonedScalesAndResidualsAreInvalidArgument) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_NE(s.message().find("layer 2 K group 7: QJL residual norm"), std::string::npos) << s;
   }
-  // The largest finite scale and a residual of exactly 2 are values, not poison.
+  // The largest finite scale, wide scales (the largest: 0xFF7F; a wide zero) and a residual of
+  // exactly 2 are values, not poison.
   std::vector<uint8_t> p = good;
   Put16(p, SectionOffset(c, p, 0), 0x7BFF);
+  Put16(p, SectionOffset(c, p, 0) + 2, 0xFF7F);
+  Put16(p, SectionOffset(c, p, 0) + 4, 0x8000);
+  Put16(p, SectionOffset(c, p, 0) + 6, 0xBC00);
   Put16(p, SectionOffset(c, p, 0) + 2 * groups, 0x4000);
   Reseal(p);
   EXPECT_TRUE(c.ValidatePackedValues(p).ok());
@@ -213,7 +218,9 @@ TEST(ValidatePackedValuesTest, BlocksThatPassDecodeToFiniteValues) {
         const size_t groups = shape.vectors_per_section() * shape.head_dim / sc.group_size;
         const size_t at = SectionOffset(c, p, s);
         for (size_t g = 0; g < groups; ++g) {
-          Put16(p, at + 2 * g, static_cast<uint16_t>(rng() % 0x7C00));
+          // Every fourth scale wide: any finite bf16 pattern (FORMAT.md, "Wide scales").
+          Put16(p, at + 2 * g, g % 4 == 3 ? static_cast<uint16_t>(0x8000u | rng() % 0x7F80u)
+                                          : static_cast<uint16_t>(rng() % 0x7C00));
           if (sc.qjl) Put16(p, at + 2 * (groups + g), static_cast<uint16_t>(rng() % 0x4001));
         }
       }

@@ -4,8 +4,8 @@
 // const methods at once.
 //
 // Errors (absl codes equal gRPC codes):
-//   InvalidArgument  bad shape / codec / buffer size, non-finite input, a group whose scale
-//                    does not fit fp16, a packed block whose header does not match this codec.
+//   InvalidArgument  bad shape / codec / buffer size, non-finite input, a value beyond fp16 in
+//                    a 16-bit section, a packed block whose header does not match this codec.
 //   DataLoss         a packed block that is truncated, inconsistent or fails its checksum.
 #ifndef TURBOKV_CODEC_BLOCK_CODEC_H_
 #define TURBOKV_CODEC_BLOCK_CODEC_H_
@@ -86,13 +86,15 @@ class BlockCodec {
 
   // raw: [num_layers][2][block_tokens][num_kv_heads][head_dim] of shape().dtype, raw_bytes().
   // packed: exactly packed_bytes(). InvalidArgument on wrong sizes, non-finite values or a
-  // scale that does not fit fp16 (message names layer, K/V, token, head and group).
+  // value beyond ±65504 in a 16-bit (fp16) section (message names layer, K/V, token, head and
+  // group). Groups whose norm is beyond fp16 get wide scales (FORMAT.md), not an error.
   [[nodiscard]] absl::Status Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_t> packed,
                                     CpuIsa isa = CpuIsa::kAuto) const;
 
   // Checks the values `packed` (which must carry this codec's header, as Decode requires)
   // holds, as strictly as Encode checks raw input, so that a block accepted packed decodes to
-  // finite values like one encoded here: every group scale is a finite, non-negative fp16;
+  // finite values like one encoded here: every group scale is a finite, non-negative fp16 or a
+  // finite wide scale (0x8000 | bf16, FORMAT.md "Wide scales");
   // every QJL residual norm is a finite fp16 in [0, 2] (the residual of a unit vector's
   // nearest-level quantization is at most 1 + sqrt(g) * |smallest level| < 1.83, see
   // FORMAT.md "Validation"); every value of an fp16 (bits 16) or raw (bits 0) section is
