@@ -146,6 +146,22 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   admission_rejections_ =
       counter("turbokv_admission_rejections_total",
               "Calls refused with RESOURCE_EXHAUSTED after waiting for the in-flight budget");
+  auto& repairs = prometheus::BuildGauge()
+                      .Name("turbokv_repairs")
+                      .Help("1 when the open repaired that part of a damaged data directory "
+                            "(docs/faults.md)")
+                      .Register(registry);
+  repair_access_ = &repairs.Add({{"part", "access"}});
+  repair_namespaces_ = &repairs.Add({{"part", "namespaces"}});
+  repair_salvage_ = &repairs.Add({{"part", "salvage"}});
+  repair_salvaged_blocks_ = gauge("turbokv_repair_salvaged_blocks",
+                                  "Blocks a salvage of a damaged data directory recovered at start");
+  repair_dropped_blocks_ = gauge("turbokv_repair_dropped_blocks",
+                                 "Blocks the repair of a damaged data directory dropped at start");
+  disk_bytes_ = gauge("turbokv_disk_bytes",
+                      "SST, blob and WAL bytes of the data directory (counted for eviction)");
+  write_resumes_ = counter("turbokv_write_resumes_total",
+                           "RocksDB write resumptions after a background error (a full disk)");
   capacity_bytes_->Set(static_cast<double>(capacity_bytes));
 }
 
@@ -226,7 +242,14 @@ void Metrics::UpdateStore(const StoreStats& stats, const DbStats& db) {
   rocksdb_sst_bytes_->Set(static_cast<double>(db.sst_bytes));
   rocksdb_blob_bytes_->Set(static_cast<double>(db.blob_bytes));
   rocksdb_pending_compaction_bytes_->Set(static_cast<double>(db.pending_compaction_bytes));
+  repair_access_->Set(stats.repair.access_rebuilt ? 1 : 0);
+  repair_namespaces_->Set(stats.repair.namespaces_rebuilt ? 1 : 0);
+  repair_salvage_->Set(stats.repair.salvaged ? 1 : 0);
+  repair_salvaged_blocks_->Set(static_cast<double>(stats.repair.salvaged_blocks));
+  repair_dropped_blocks_->Set(static_cast<double>(stats.repair.dropped_blocks));
+  disk_bytes_->Set(static_cast<double>(stats.disk_bytes));
   std::lock_guard<std::mutex> l(mu_);
+  Advance(write_resumes_, stats.write_resumes, &seen_write_resumes_);
   Advance(evictions_, stats.evicted_blocks, &seen_evictions_);
   Advance(evicted_bytes_, stats.evicted_bytes, &seen_evicted_bytes_);
   Advance(expirations_, stats.expired_blocks, &seen_expirations_);

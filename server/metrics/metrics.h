@@ -122,6 +122,13 @@ class Metrics {
   prometheus::Counter* evicted_bytes_;
   prometheus::Counter* expirations_;
   prometheus::Counter* checksum_failures_;
+  prometheus::Gauge* repair_access_;
+  prometheus::Gauge* repair_namespaces_;
+  prometheus::Gauge* repair_salvage_;
+  prometheus::Gauge* repair_salvaged_blocks_;
+  prometheus::Gauge* repair_dropped_blocks_;
+  prometheus::Gauge* disk_bytes_;
+  prometheus::Counter* write_resumes_;
   prometheus::Counter* internal_failures_;
   prometheus::Gauge* in_flight_bytes_;
   prometheus::Counter* admission_rejections_;
@@ -132,6 +139,7 @@ class Metrics {
   uint64_t seen_evicted_bytes_ = 0;
   uint64_t seen_expirations_ = 0;
   uint64_t seen_checksum_failures_ = 0;
+  uint64_t seen_write_resumes_ = 0;
   uint64_t seen_admission_rejections_ = 0;
 };
 

@@ -1,5 +1,9 @@
 #include "server/storage/block_store.h"
 
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <utility>
@@ -9,6 +13,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
+#include "rocksdb/sst_file_manager.h"
 #include "rocksdb/write_batch.h"
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
@@ -28,6 +33,8 @@ using format::PutFixed64BE;
 using format::PutFixed64LE;
 using format::TrailerOf;
 constexpr uint8_t kRecordVersion = 1;
+// Preallocated bytes released when the disk fills (store_repair.h's neighbour, docs/faults.md).
+constexpr char kReserveFile[] = "RESERVE";
 
 void PutFixed32LE(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -97,6 +104,7 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOption
   std::unique_ptr<BlockStore> store(new BlockStore(options, std::move(verifier), clock));
   TURBOKV_RETURN_IF_ERROR(store->OpenDb());
   TURBOKV_RETURN_IF_ERROR(store->Recover());
+  store->CreateReserve();
   if (options.maintenance_interval_ms > 0) {
     store->maintenance_ = std::thread([s = store.get()] { s->MaintenanceLoop(); });
   }
@@ -110,6 +118,9 @@ absl::Status BlockStore::OpenDb() {
     return absl::UnavailableError(
         absl::StrCat("cannot create data directory ", options_.data_dir, ": ", ec.message()));
   }
+  // The reserve is given back before RocksDB opens: replaying the WAL needs a new blob file
+  // and SST, which a nearly full disk would refuse. It is taken again when there is room.
+  ReleaseReserve();
   // Damaged files cost cache misses, not the store (store_repair.h, docs/faults.md).
   TURBOKV_ASSIGN_OR_RETURN(repair_, RepairIfDamaged(options_, verifier_, clock_->NowSeconds()));
   for (const std::string& f : repair_.findings) {
@@ -126,7 +137,9 @@ absl::Status BlockStore::OpenDb() {
                  options_.data_dir, repair_.salvaged_blocks, repair_.dropped_blocks);
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status s = rocksdb::DB::Open(format::DbOptions(), options_.data_dir,
+  rocksdb::DBOptions db_options = format::DbOptions(options_);
+  sst_file_manager_ = db_options.sst_file_manager;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, options_.data_dir,
                                         format::Descriptors(options_), &handles, &db_);
   TURBOKV_RETURN_IF_ERROR(FromRocksDb(s, absl::StrCat("open ", options_.data_dir)));
   cf_default_ = handles[format::kDefault];
@@ -238,14 +251,20 @@ BlockStore::~BlockStore() {
 absl::Status BlockStore::WriteSync(rocksdb::WriteBatch* batch) {
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  return FromRocksDb(db_->Write(wo, batch), "write batch");
+  rocksdb::Status s = db_->Write(wo, batch);
+  if (s.IsIOError()) needs_resume_.store(true);
+  return FromRocksDb(s, "write batch");
 }
 
 absl::Status BlockStore::Write(rocksdb::WriteBatch* batch, bool durable) {
   rocksdb::WriteOptions wo;
   wo.disableWAL = options_.durability == Durability::kNone || !durable;
   wo.sync = durable && options_.durability == Durability::kFsync;
-  return FromRocksDb(db_->Write(wo, batch), "write batch");
+  rocksdb::Status s = db_->Write(wo, batch);
+  // A failed write (a full disk) leaves RocksDB in a background-error state that fails every
+  // later write until it is resumed: the maintenance pass resumes it (TryResume).
+  if (s.IsIOError()) needs_resume_.store(true);
+  return FromRocksDb(s, "write batch");
 }
 
 bool BlockStore::Expired(const IndexEntry& e, int64_t now) const {
@@ -392,10 +411,14 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
         credit = old->charge;
       }
       auto projected = [&] { return index_.used_bytes() + reserved_bytes_ - credit + charge; };
+      // Eviction also counts what RocksDB holds on disk beyond the charged bytes (WAL, blob
+      // garbage not yet collected, SST overhead; measured by the maintenance pass), so the
+      // budget is reached before the disk is.
+      auto on_disk = [&] { return projected() + disk_overhead_bytes_; };
       std::vector<IndexEntry> taken;
-      if (projected() > high) {
+      if (on_disk() > high) {
         const uint64_t target = std::min(low, high);
-        const uint64_t need = projected() > target ? projected() - target : 0;
+        const uint64_t need = on_disk() > target ? on_disk() - target : 0;
         taken = index_.TakeVictims(need, now, busy_);
       }
       if (projected() > capacity) {
@@ -406,6 +429,10 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
             "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ", capacity,
             " capacity bytes are in use or reserved by writes in flight, and none of them is "
             "evictable (leased, or written by a request in flight)"));
+        if (refused_log_.Due(now)) {
+          spdlog::warn("put refused (RESOURCE_EXHAUSTED, {} since the last such line): {}",
+                       refused_log_.TakeCount(), std::string(results[i].message()));
+        }
         continue;
       }
       for (IndexEntry& v : taken) {
@@ -456,6 +483,10 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   if (!s.ok()) {
     index_.Restore(std::move(victims));
     for (size_t i : accepted) results[i] = s;
+    if (write_failure_log_.Due(now)) {
+      spdlog::warn("put of {} blocks failed ({} such failures since the last line): {}",
+                   accepted.size(), write_failure_log_.TakeCount(), s.ToString());
+    }
   } else {
     for (const IndexEntry& v : victims) {
       evicted_blocks_ += 1;
@@ -593,6 +624,14 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
     }
     checksum_failures_ += corrupt.size();
   }
+  if (!corrupt.empty()) {
+    checksum_log_.Add(corrupt.size() - 1);
+    if (checksum_log_.Due(now)) {
+      spdlog::warn("deleting stored blocks that failed verification: key {} ({} since the last "
+                   "such line)", absl::BytesToHexString(corrupt.front()),
+                   checksum_log_.TakeCount());
+    }
+  }
   if (!expired.empty()) {
     TURBOKV_ASSIGN_OR_RETURN(uint64_t n, DeleteKeys(expired, /*only_expired_at=*/now));
     std::lock_guard<std::mutex> l(mu_);
@@ -723,6 +762,8 @@ absl::Status BlockStore::FlushAccessTimes() {
 
 absl::Status BlockStore::RunMaintenance() {
   const int64_t now = clock_->NowSeconds();
+  TryResume();
+  MeasureDisk();
   // The expiry queue hands out what is due, a slice at a time: no scan of the index, and the
   // index lock is held only to take a slice.
   constexpr size_t kSlice = 1024;
@@ -742,6 +783,72 @@ absl::Status BlockStore::RunMaintenance() {
     if (taken < kSlice) break;
   }
   return FlushAccessTimes();
+}
+
+std::string BlockStore::ReservePath() const {
+  return (std::filesystem::path(options_.data_dir) / kReserveFile).string();
+}
+
+void BlockStore::ReleaseReserve() {
+  std::error_code ec;
+  if (std::filesystem::remove(ReservePath(), ec)) {
+    spdlog::warn("released the disk reserve {}", ReservePath());
+  }
+}
+
+void BlockStore::CreateReserve() {
+  if (options_.disk_reserve_bytes == 0) return;
+  std::error_code ec;
+  if (std::filesystem::exists(ReservePath(), ec)) return;
+  struct statvfs fs {};
+  if (statvfs(options_.data_dir.c_str(), &fs) != 0) return;
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  const uint64_t disk_bytes = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+  // At most 1/16 of the filesystem, and only with room to spare: the reserve must not be what
+  // fills the disk.
+  const uint64_t reserve = std::min(options_.disk_reserve_bytes, disk_bytes / 16);
+  if (reserve == 0 || free_bytes < 4 * reserve) return;
+  const int fd = ::open(ReservePath().c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const int rc = posix_fallocate(fd, 0, static_cast<off_t>(reserve));
+  if (rc == 0) (void)fsync(fd);
+  ::close(fd);
+  if (rc != 0) std::filesystem::remove(ReservePath(), ec);
+}
+
+void BlockStore::TryResume() {
+  if (!needs_resume_.load()) {
+    CreateReserve();  // again, once a full disk has room
+    return;
+  }
+  rocksdb::Status s = db_->Resume();
+  if (!s.ok() && s.IsNoSpace()) {
+    // Nothing else frees space while writes are stopped (deletions are writes too): give
+    // RocksDB the reserve so it can flush and take deletions again.
+    ReleaseReserve();
+    s = db_->Resume();
+  }
+  if (s.ok()) {
+    needs_resume_.store(false);
+    std::lock_guard<std::mutex> l(mu_);
+    ++write_resumes_;
+    spdlog::info("RocksDB writes resumed after a background error");
+  } else if (resume_log_.Due(clock_->NowSeconds())) {
+    spdlog::warn("RocksDB writes stopped (reads are served): {}; retrying", s.ToString());
+  }
+}
+
+void BlockStore::MeasureDisk() {
+  // SST and blob bytes as RocksDB's SstFileManager tracks them, plus the WALs.
+  uint64_t disk = sst_file_manager_ != nullptr ? sst_file_manager_->GetTotalSize() : 0;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(options_.data_dir, ec)) {
+    if (f.path().extension() == ".log") disk += f.file_size(ec);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  disk_bytes_ = disk;
+  const uint64_t used = index_.used_bytes() + reserved_bytes_;
+  disk_overhead_bytes_ = disk > used ? disk - used : 0;
 }
 
 void BlockStore::MaintenanceLoop() {
@@ -767,6 +874,8 @@ StoreStats BlockStore::Stats() const {
   s.expired_blocks = expired_blocks_;
   s.checksum_failures = checksum_failures_;
   s.repair = repair_;
+  s.disk_bytes = disk_bytes_;
+  s.write_resumes = write_resumes_;
   for (const auto& [id, r] : namespaces_) {
     NamespaceStatsEntry n;
     n.record = r;

@@ -67,6 +67,7 @@
 
 namespace rocksdb {
 class DB;
+class SstFileManager;
 class ColumnFamilyHandle;
 class WriteBatch;
 }  // namespace rocksdb
@@ -116,6 +117,8 @@ struct StoreStats {
   uint64_t expired_blocks = 0;                  // TTL expiries since open
   uint64_t checksum_failures = 0;               // since open
   RepairReport repair;                          // what the open repaired
+  uint64_t disk_bytes = 0;     // SST + blob + WAL bytes on disk (last maintenance pass)
+  uint64_t write_resumes = 0;  // RocksDB resumed after a background error (a full disk)
   std::vector<NamespaceStatsEntry> namespaces;  // sorted by id
 };
 
@@ -200,6 +203,13 @@ class BlockStore {
   // still expired at that time when claimed. Returns how many index entries went.
   absl::StatusOr<uint64_t> DeleteKeys(std::vector<std::string> keys, int64_t only_expired_at = 0);
   absl::Status FlushAccessTimes();
+  // Disk full (docs/faults.md): resumes RocksDB after a failed write, releasing the reserve
+  // file when it is still short of space; re-creates the reserve once there is room again.
+  void TryResume();
+  void MeasureDisk();  // disk_bytes_ and disk_overhead_bytes_
+  std::string ReservePath() const;
+  void ReleaseReserve();
+  void CreateReserve();
   void MaintenanceLoop();
 
   const StorageOptions options_;
@@ -214,6 +224,27 @@ class BlockStore {
   rocksdb::ColumnFamilyHandle* cf_namespaces_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_namespaces_copy_ = nullptr;
   RepairReport repair_;  // set by OpenDb
+  std::shared_ptr<rocksdb::SstFileManager> sst_file_manager_;
+  std::atomic<bool> needs_resume_{false};
+
+  // At most one log line per interval for events that can come per block (a flood of
+  // refused puts or damaged blocks), counting the ones it did not log.
+  class LogEvery {
+   public:
+    bool Due(int64_t now) {
+      ++count_;
+      int64_t last = last_.load();
+      return now - last >= kIntervalSeconds && last_.compare_exchange_strong(last, now);
+    }
+    void Add(uint64_t n) { count_ += n; }
+    uint64_t TakeCount() { return count_.exchange(0); }
+
+   private:
+    static constexpr int64_t kIntervalSeconds = 10;
+    std::atomic<int64_t> last_{0};
+    std::atomic<uint64_t> count_{0};
+  };
+  LogEvery refused_log_, write_failure_log_, checksum_log_, resume_log_;
 
   std::mutex namespace_mu_;  // serializes PutNamespace / DropNamespace; taken before mu_
   mutable std::mutex mu_;    // guards everything below; never held across RocksDB I/O
@@ -228,6 +259,9 @@ class BlockStore {
   uint64_t evicted_bytes_ = 0;
   uint64_t expired_blocks_ = 0;
   uint64_t checksum_failures_ = 0;
+  uint64_t disk_bytes_ = 0;
+  uint64_t disk_overhead_bytes_ = 0;  // disk_bytes_ beyond the charged bytes
+  uint64_t write_resumes_ = 0;
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -38,6 +38,11 @@ struct StorageOptions {
   // Values at least this large go to RocksDB blob files (BlobDB), so compaction does not
   // rewrite them. Default: 4096 bytes.
   uint64_t min_blob_size = 4096;
+  // Bytes preallocated in <data_dir>/RESERVE and released when the disk fills (so RocksDB can
+  // resume and take deletions) and before every open (so replaying the WAL on a nearly full
+  // disk succeeds); at most 1/16 of the filesystem, taken again once the disk has 4x the
+  // reserve free. 0 disables it. Default: 64 MiB.
+  uint64_t disk_reserve_bytes = uint64_t{64} << 20;
   // Period of the maintenance pass (TTL expiry, persisting batched access times), in
   // milliseconds. 0 disables the background thread (tests call RunMaintenance()).
   // Default: 1000.

@@ -1,9 +1,25 @@
 #include "server/storage/store_format.h"
 
+#include <algorithm>
+
+#include "rocksdb/env.h"
+#include "rocksdb/sst_file_manager.h"
+
 namespace turbokv::server::format {
 
-rocksdb::DBOptions DbOptions() {
+namespace {
+// Memtable of the blocks column family: 1/16 of the capacity within [1 MiB, 64 MiB], so the
+// WAL and memtables (counted against the capacity, BlockStore::MeasureDisk) stay a small part
+// of a small store's budget.
+uint64_t WriteBufferBytes(const StorageOptions& options) {
+  return std::clamp<uint64_t>(options.capacity_bytes / 16, uint64_t{1} << 20, uint64_t{64} << 20);
+}
+}  // namespace
+
+rocksdb::DBOptions DbOptions(const StorageOptions& options) {
   rocksdb::DBOptions db_options;
+  // WALs past this force a flush (all column families, atomic flush).
+  db_options.max_total_wal_size = 2 * WriteBufferBytes(options);
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
   // Column families are flushed together, so a crash with the WAL off (durability none)
@@ -11,6 +27,9 @@ rocksdb::DBOptions DbOptions() {
   db_options.atomic_flush = true;
   db_options.max_background_jobs = 2;
   db_options.keep_log_file_num = 4;
+  // Tracks SST and blob bytes (the store's disk accounting) and, on a no-space background
+  // error, polls for free space and resumes RocksDB by itself (BlockStore::TryResume as well).
+  db_options.sst_file_manager.reset(rocksdb::NewSstFileManager(rocksdb::Env::Default()));
   return db_options;
 }
 
@@ -18,6 +37,7 @@ rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptio
   rocksdb::ColumnFamilyOptions cf;
   cf.compression = rocksdb::kNoCompression;
   if (name == kCfBlocks) {
+    cf.write_buffer_size = WriteBufferBytes(options);
     // Packed blocks are incompressible and large: keep them in blob files so compaction moves
     // only keys, and let blob GC reclaim space of deleted blocks.
     cf.enable_blob_files = true;
@@ -25,6 +45,9 @@ rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptio
     cf.blob_file_size = uint64_t{256} << 20;
     cf.blob_compression_type = rocksdb::kNoCompression;
     cf.enable_blob_garbage_collection = true;
+    // Blob files at least half garbage are compacted whatever their age: deleted and evicted
+    // blocks give their disk space back instead of staying on disk as uncounted garbage.
+    cf.blob_garbage_collection_force_threshold = 0.5;
   }
   return cf;
 }

@@ -71,7 +71,7 @@ inline std::string EncodeAccess(int64_t last_access) {
 
 // The RocksDB options every open of the data directory uses (paranoid checks on; the repair
 // path turns them off for its first look at a damaged directory).
-rocksdb::DBOptions DbOptions();
+rocksdb::DBOptions DbOptions(const StorageOptions& options);
 // Options of the named column family.
 rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptions& options);
 // Descriptors in CfIndex order.

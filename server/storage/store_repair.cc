@@ -58,7 +58,7 @@ struct OpenDb {
 
 rocksdb::Status Open(const std::string& dir, const StorageOptions& options, bool paranoid,
                      OpenDb* out) {
-  rocksdb::DBOptions o = format::DbOptions();
+  rocksdb::DBOptions o = format::DbOptions(options);
   o.paranoid_checks = paranoid;
   return rocksdb::DB::Open(o, dir, format::Descriptors(options), &out->cfs, &out->db);
 }
@@ -192,7 +192,7 @@ absl::Status FullSalvage(const StorageOptions& options, const ValueVerifier& ver
     return fs::path(n).extension() == ".blob";
   }));
   fs::remove_all(dir / kFresh, ec);
-  rocksdb::Status s = rocksdb::RepairDB(dir.string(), format::DbOptions(),
+  rocksdb::Status s = rocksdb::RepairDB(dir.string(), format::DbOptions(options),
                                         format::Descriptors(options),
                                         format::CfOptions("", options));
   if (!s.ok()) return FromRocksDb(s, absl::StrCat("RepairDB ", dir.string()));
