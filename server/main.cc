@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
       turbokv::server::FormatByteSizeFlag(options.limits.max_codec_setup_bytes);
   std::string max_in_flight_bytes =
       turbokv::server::FormatByteSizeFlag(options.limits.max_in_flight_bytes);
+  std::string default_tenant_quota =
+      turbokv::server::FormatByteSizeFlag(options.auth.default_tenant_quota_bytes);
 
   CLI::App app{
       "turbokv-server: a KV-cache block store for LLM serving. Inference workers put KV blocks "
@@ -133,6 +135,31 @@ int main(int argc, char** argv) {
   add("--shutdown-grace-ms", options.shutdown_grace_ms,
       "On SIGTERM/SIGINT, in-flight calls get this long before they are cancelled")
       ->check(CLI::NonNegativeNumber);
+  auto& auth = options.auth;
+  add("--tls-cert", auth.tls_cert,
+      "PEM certificate chain of the gRPC port; with --tls-key the port speaks TLS only")
+      ->check(CLI::ExistingFile);
+  add("--tls-key", auth.tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  add("--tls-client-ca", auth.tls_client_ca,
+      "PEM bundle of the CAs whose client certificates are accepted: mutual TLS, clients "
+      "without such a certificate are refused")
+      ->check(CLI::ExistingFile);
+  add("--cert-refresh-seconds", auth.cert_refresh_seconds,
+      "How often the certificate files are re-read (renewed certificates need no restart)")
+      ->check(CLI::Range(1, 86400));
+  add("--token-file", auth.token_file,
+      "Bearer tokens (as SHA-256), client-certificate identities, their tenants, roles and "
+      "quotas (docs/server.md, Security); re-read on SIGHUP and when it changes")
+      ->check(CLI::ExistingFile);
+  add("--token-reload-ms", auth.token_reload_ms, "How often the token file is checked for changes")
+      ->check(CLI::Range(50, 3600000));
+  app.add_flag("--insecure-allow-remote", auth.insecure_allow_remote,
+      "Without --token-file or --tls-client-ca, answer remote clients too (default: loopback "
+      "only, \"protected mode\"); every client can then read and drop every namespace")
+      ->envname("TURBOKV_INSECURE_ALLOW_REMOTE");
+  add("--default-tenant-quota", default_tenant_quota,
+      "Packed bytes a tenant may store when the token file gives it no quota; 0 = only "
+      "--capacity");
   add("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   CLI11_PARSE(app, argc, argv);
@@ -150,7 +177,9 @@ int main(int argc, char** argv) {
        {std::tuple<const char*, std::string*, uint64_t*>{"--max-block-bytes", &max_block_bytes,
                                                          &options.limits.max_block_bytes},
         {"--max-codec-setup-bytes", &max_codec_setup_bytes, &options.limits.max_codec_setup_bytes},
-        {"--max-in-flight-bytes", &max_in_flight_bytes, &options.limits.max_in_flight_bytes}}) {
+        {"--max-in-flight-bytes", &max_in_flight_bytes, &options.limits.max_in_flight_bytes},
+        {"--default-tenant-quota", &default_tenant_quota,
+         &options.auth.default_tenant_quota_bytes}}) {
     auto bytes = turbokv::server::ParseByteSize(*text);
     if (!bytes.ok()) {
       spdlog::critical("{}: {}", flag, std::string(bytes.status().message()));
@@ -167,6 +196,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto server = turbokv::server::Server::Start(options);
@@ -190,6 +220,15 @@ int main(int argc, char** argv) {
       options.codec.default_preset, (*server)->recovered_namespaces(),
       (*server)->recovered_blocks());
 
+  spdlog::info("gRPC port security: {}, authentication: {}",
+               !auth.tls() ? "plaintext"
+               : auth.tls_client_ca.empty() ? "TLS"
+                                            : "mutual TLS",
+               !auth.token_file.empty()    ? "token file " + auth.token_file
+               : !auth.tls_client_ca.empty() ? std::string("client certificates")
+               : auth.insecure_allow_remote  ? std::string("none (remote clients allowed)")
+                                             : std::string("none (loopback clients only)"));
+
   if (!port_file.empty()) {
     std::string text = std::to_string((*server)->port()) + "\n";
     if ((*server)->metrics_port() != 0) text += std::to_string((*server)->metrics_port()) + "\n";
@@ -201,7 +240,12 @@ int main(int argc, char** argv) {
   }
 
   int signal = 0;
-  sigwait(&signals, &signal);
+  for (;;) {
+    sigwait(&signals, &signal);
+    if (signal != SIGHUP) break;
+    // SIGHUP: re-read the token file (an error keeps the previous tokens and is logged).
+    if (absl::Status s = (*server)->ReloadCredentials(); !s.ok()) continue;
+  }
   spdlog::info("received {}, shutting down (grace {} ms)", signal == SIGTERM ? "SIGTERM" : "SIGINT",
                options.shutdown_grace_ms);
   (*server)->Shutdown();

@@ -15,6 +15,8 @@
 #include "grpcpp/resource_quota.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/auth/authenticator.h"
+#include "server/auth/tls_credentials.h"
 #include "server/metrics/metrics.h"
 #include "server/metrics/process_metrics.h"
 #include "server/service/codec_backend.h"
@@ -73,9 +75,42 @@ void WarnAboutCapacity(const StorageOptions& options, const StoreStats& stored,
   }
 }
 
+// What an operator must know about how the port is protected (docs/server.md, "Security").
+void WarnAboutSecurity(const ServerOptions& options) {
+  const AuthOptions& a = options.auth;
+  if (!a.authenticates()) {
+    if (a.insecure_allow_remote) {
+      spdlog::warn(
+          "*** INSECURE: no authentication is configured and --insecure-allow-remote is set: "
+          "ANY client that reaches {} can read, overwrite and drop every namespace. Configure "
+          "--token-file and --tls-cert/--tls-key (docs/server.md, Security) ***",
+          options.listen_address);
+    } else {
+      spdlog::warn(
+          "protected mode: no authentication is configured, so only loopback clients are "
+          "answered (remote calls get PERMISSION_DENIED); configure --token-file or "
+          "--tls-client-ca, or pass --insecure-allow-remote");
+    }
+  } else if (!a.tls()) {
+    spdlog::warn("bearer tokens are accepted over plaintext gRPC on {}: anyone on the path can "
+                 "read them; configure --tls-cert and --tls-key",
+                 options.listen_address);
+  }
+  const std::string& m = options.metrics.listen_address;
+  if (!m.empty() && m.rfind("127.", 0) != 0 && m.rfind("[::1]", 0) != 0 &&
+      m.rfind("localhost:", 0) != 0) {
+    spdlog::info("metrics are served without authentication on {} (plain HTTP)", m);
+  }
+}
+
 }  // namespace
 
 Server::Server() = default;
+
+absl::Status Server::ReloadCredentials() {
+  if (auth_ == nullptr) return absl::OkStatus();
+  return auth_->Reload();
+}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   TURBOKV_RETURN_IF_ERROR(options.Validate());
@@ -131,6 +166,10 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
   metrics_ =
       std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes,
                                 backend.cpu_name);
+  TURBOKV_ASSIGN_OR_RETURN(auth_, Authenticator::Create(options.auth, *prometheus_));
+  TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                           BuildServerCredentials(options.auth));
+  WarnAboutSecurity(options);
   backend.AttachMetrics(metrics_.get());  // EncodeBlocks / DecodeBlocks record the codec metrics
   metrics_->UpdateStore(recovered, store_->GetDbStats());
   if (exposer_ != nullptr) {
@@ -153,13 +192,14 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
   context_->budget = budget_.get();
   context_->limits = options.limits;
   context_->metrics = metrics_.get();
+  context_->auth = auth_.get();
   context_->backend = backend;
   service_ = std::make_unique<TurboKvService>(context_.get(), TURBOKV_SERVER_VERSION);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(options.listen_address, credentials, &port_);
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   // gRPC's own buffers (HTTP/2 flow-control windows of streams whose next message turbokv has
   // not asked for yet) are bounded by its memory quota: under pressure gRPC shrinks the
@@ -223,6 +263,7 @@ void Server::Shutdown() {
   pool_.reset();
   grpc_server_.reset();
   exposer_.reset();
+  auth_.reset();
   budget_.reset();
   store_.reset();  // persists access times, flushes memtables, closes RocksDB
 }

@@ -24,6 +24,7 @@ class Registry;
 
 namespace turbokv::server {
 
+class Authenticator;
 class BlockStore;
 class ByteBudget;
 class CodecPool;
@@ -49,6 +50,10 @@ class Server {
   // (then are cancelled), then the pool drains and the store is flushed and closed. Idempotent.
   void Shutdown();
 
+  // Re-reads the token file now (SIGHUP). Certificates are re-read by gRPC's file watcher.
+  // On error the previous tokens stay and the error is returned.
+  [[nodiscard]] absl::Status ReloadCredentials();
+
   int port() const { return port_; }
   int codec_threads() const;  // resolved worker counts
   int io_threads() const;                  // bound gRPC port
@@ -72,6 +77,7 @@ class Server {
   std::unique_ptr<ByteBudget> budget_;
   std::shared_ptr<prometheus::Registry> prometheus_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<ProcessMetrics> process_metrics_;
   std::unique_ptr<ServiceContext> context_;

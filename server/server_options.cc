@@ -101,9 +101,35 @@ int AvailableCpus() {
   return std::max(1, cpus);
 }
 
+absl::Status ValidateListenAddress(std::string_view flag, std::string_view address) {
+  if (address.substr(0, 5) == "unix:") return absl::OkStatus();
+  const size_t colon = address.rfind(':');
+  const std::string_view host =
+      colon == std::string_view::npos ? address : address.substr(0, colon);
+  const std::string_view port =
+      colon == std::string_view::npos ? std::string_view() : address.substr(colon + 1);
+  const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+  const bool port_ok = !port.empty() && port.size() <= 5 &&
+                       std::all_of(port.begin(), port.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; }) &&
+                       std::stoi(std::string(port)) <= 65535;
+  if (host.empty() || !port_ok || (host.find(':') != std::string_view::npos && !bracketed)) {
+    // gRPC would take a missing port as 443: say so instead of serving somewhere unexpected.
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(flag), " \"", std::string(address),
+        "\" is not HOST:PORT (an IPv6 host in brackets, [::1]:50051; port 0 picks a free one)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ServerOptions::Validate() const {
   if (listen_address.empty()) {
     return absl::InvalidArgumentError("listen_address must be HOST:PORT, got an empty string");
+  }
+  TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("listen_address", listen_address));
+  if (!metrics.listen_address.empty()) {
+    TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("metrics.listen_address",
+                                                  metrics.listen_address));
   }
   if (shutdown_grace_ms < 0) {
     return absl::InvalidArgumentError("shutdown_grace_ms must be >= 0");
@@ -117,6 +143,7 @@ absl::Status ServerOptions::Validate() const {
   }
   TURBOKV_RETURN_IF_ERROR(storage.Validate());
   TURBOKV_RETURN_IF_ERROR(limits.Validate());
+  TURBOKV_RETURN_IF_ERROR(auth.Validate());
   return codec.Validate();
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/auth/auth_options.h"
 #include "server/storage/storage_options.h"
 
 namespace turbokv::server {
@@ -41,8 +42,9 @@ struct CodecOptions {
 
 struct MetricsOptions {
   // HOST:PORT of the Prometheus /metrics endpoint; port 0 picks a free one; empty disables
-  // it. Default: "0.0.0.0:9464".
-  std::string listen_address = "0.0.0.0:9464";
+  // it. Loopback unless configured (the Kubernetes manifests set 0.0.0.0:9464 for the
+  // scraper). Default: "127.0.0.1:9464".
+  std::string listen_address = "127.0.0.1:9464";
   // Period of the storage gauge refresh, milliseconds (>= 10). Default: 1000.
   int refresh_interval_ms = 1000;
 };
@@ -93,9 +95,14 @@ struct ServerOptions {
   CodecOptions codec;
   MetricsOptions metrics;
   LimitOptions limits;
+  AuthOptions auth;
 
   [[nodiscard]] absl::Status Validate() const;
 };
+
+// InvalidArgument unless `address` is HOST:PORT (IPv6 hosts in brackets) or unix:PATH; `flag`
+// names it in the message.
+[[nodiscard]] absl::Status ValidateListenAddress(std::string_view flag, std::string_view address);
 
 // CPUs this process may use: its CPU affinity mask (sched_getaffinity), capped by the cgroup
 // CPU quota (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us / cpu.cfs_period_us), rounded up. >= 1.

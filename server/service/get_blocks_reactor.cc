@@ -28,8 +28,9 @@ struct GetBlocksReactor::Batch {
 };
 
 GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                                   const v1::GetBlocksRequest* request)
+                                   const v1::GetBlocksRequest* request, Principal caller)
     : ctx_(ctx),
+      caller_(std::move(caller)),
       request_(request),
       scope_(ctx, RpcMethod::kGetBlocks),
       deadline_(context->deadline()) {
@@ -47,7 +48,7 @@ GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
 
 absl::Status GetBlocksReactor::Prepare() {
   absl::StatusOr<std::shared_ptr<const Namespace>> ns =
-      ctx_->registry->Get(request_->namespace_id());
+      ctx_->registry->Get(request_->namespace_id(), caller_);
   if (!ns.ok()) return ns.status();
   ns_ = *std::move(ns);
   if (absl::Status s = CheckHashCount(*ctx_, request_->block_hashes_size()); !s.ok()) return s;

@@ -41,8 +41,9 @@ inline constexpr size_t kMaxResponseChunkBytes = size_t{1} << 20;
 class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResponse>,
                                public RefCountedReactor {
  public:
+  // `caller`: the authenticated caller (namespaces of other tenants are unknown to it).
   GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                   const v1::GetBlocksRequest* request);
+                   const v1::GetBlocksRequest* request, Principal caller);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -64,6 +65,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
   void Fail(const absl::Status& status);  // requires mu_
 
   ServiceContext* const ctx_;
+  const Principal caller_;
   const v1::GetBlocksRequest* const request_;
   RpcScope scope_;
   const std::chrono::system_clock::time_point deadline_;

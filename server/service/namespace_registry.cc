@@ -11,6 +11,7 @@ namespace turbokv::server {
 namespace {
 
 constexpr char kCanonicalTag[] = "turbokv/ns/v1";
+constexpr char kTenantTag[] = "\xfftenant";
 
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -161,7 +162,41 @@ absl::StatusOr<CanonicalNamespace> Canonicalize(const v1::NamespaceDescriptor& i
   return out;
 }
 
-std::string CanonicalBytes(const v1::NamespaceDescriptor& d) {
+namespace {
+
+// The stored record's bytes: the tenant (when not "") in front of the serialized descriptor.
+std::string EncodeStoredDescriptor(const v1::NamespaceDescriptor& d, std::string_view tenant) {
+  std::string out;
+  if (!tenant.empty()) {
+    out.append(kTenantTag);
+    PutStr(&out, tenant);
+  }
+  out.append(d.SerializeAsString());
+  return out;
+}
+
+// Splits a stored record into tenant and descriptor bytes; false when it is malformed.
+bool DecodeStoredDescriptor(std::string_view stored, std::string* tenant,
+                            std::string_view* descriptor) {
+  tenant->clear();
+  const std::string_view tag(kTenantTag);
+  if (stored.substr(0, tag.size()) == tag) {
+    stored.remove_prefix(tag.size());
+    if (stored.size() < 4) return false;
+    uint32_t n = 0;
+    for (int i = 0; i < 4; ++i) n |= uint32_t{static_cast<uint8_t>(stored[i])} << (8 * i);
+    stored.remove_prefix(4);
+    if (stored.size() < n) return false;
+    tenant->assign(stored.substr(0, n));
+    stored.remove_prefix(n);
+  }
+  *descriptor = stored;
+  return true;
+}
+
+}  // namespace
+
+std::string CanonicalBytes(const v1::NamespaceDescriptor& d, std::string_view tenant) {
   std::string b;
   b.append(kCanonicalTag);
   PutStr(&b, d.model());
@@ -183,11 +218,12 @@ std::string CanonicalBytes(const v1::NamespaceDescriptor& d) {
   PutU32(&b, c.disable_norm_correction() ? 0 : 1);
   PutU64(&b, c.rotation_seed());
   PutU64(&b, c.qjl_seed());
+  if (!tenant.empty()) PutStr(&b, tenant);
   return b;
 }
 
-uint64_t NamespaceId(const v1::NamespaceDescriptor& canonical) {
-  const std::string bytes = CanonicalBytes(canonical);
+uint64_t NamespaceId(const v1::NamespaceDescriptor& canonical, std::string_view tenant) {
+  const std::string bytes = CanonicalBytes(canonical, tenant);
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
@@ -219,24 +255,27 @@ absl::Status NamespaceRegistry::CheckCost(const CanonicalNamespace& canonical) c
 }
 
 absl::StatusOr<std::shared_ptr<const Namespace>> NamespaceRegistry::Build(
-    const CanonicalNamespace& canonical, uint64_t id) const {
+    const CanonicalNamespace& canonical, uint64_t id, std::string_view tenant) const {
   TURBOKV_ASSIGN_OR_RETURN(codec::BlockCodec block_codec,
                            codec::BlockCodec::Create(canonical.shape, canonical.spec, id));
   return std::shared_ptr<const Namespace>(
-      new Namespace{id, canonical.descriptor, std::move(block_codec)});
+      new Namespace{id, std::string(tenant), canonical.descriptor, std::move(block_codec)});
 }
 
 absl::Status NamespaceRegistry::Load() {
   for (const NamespaceRecord& r : store_->ListNamespaces()) {
     v1::NamespaceDescriptor d;
-    if (!d.ParseFromString(r.descriptor)) {
+    std::string tenant;
+    std::string_view descriptor_bytes;
+    if (!DecodeStoredDescriptor(r.descriptor, &tenant, &descriptor_bytes) ||
+        !d.ParseFromArray(descriptor_bytes.data(), static_cast<int>(descriptor_bytes.size()))) {
       return absl::DataLossError(absl::StrCat(
           "stored descriptor of namespace ", absl::Hex(r.id, absl::kZeroPad16), " does not parse"));
     }
     // The stored descriptor is canonical already; canonicalizing again must be a no-op, which
     // also catches a codec whose presets or defaults changed under stored data.
     auto canonical = Canonicalize(d, default_preset_);
-    if (!canonical.ok() || NamespaceId(canonical->descriptor) != r.id) {
+    if (!canonical.ok() || NamespaceId(canonical->descriptor, tenant) != r.id) {
       return absl::DataLossError(
           absl::StrCat("stored namespace ", absl::Hex(r.id, absl::kZeroPad16),
                        " no longer canonicalizes to its id (codec configuration changed?): ",
@@ -249,7 +288,7 @@ absl::Status NamespaceRegistry::Load() {
                    std::string(cost.message()));
       continue;
     }
-    TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(*canonical, r.id));
+    TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(*canonical, r.id, tenant));
     if (ns->codec.packed_bytes() > limits_.max_block_bytes) {
       spdlog::warn("stored namespace {:016x} is not loaded: packed blocks of {} bytes are over "
                    "--max-block-bytes {}",
@@ -263,7 +302,7 @@ absl::Status NamespaceRegistry::Load() {
 }
 
 absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
-    const v1::NamespaceDescriptor& descriptor) {
+    const v1::NamespaceDescriptor& descriptor, std::string_view tenant) {
   for (auto [field, value] : {std::pair<const char*, const std::string*>{"model", &descriptor.model()},
                               {"model_revision", &descriptor.model_revision()},
                               {"cache_salt", &descriptor.cache_salt()}}) {
@@ -275,12 +314,18 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
   }
   TURBOKV_ASSIGN_OR_RETURN(CanonicalNamespace canonical, Canonicalize(descriptor, default_preset_));
   TURBOKV_RETURN_IF_ERROR(CheckCost(canonical));
-  const uint64_t id = NamespaceId(canonical.descriptor);
+  const uint64_t id = NamespaceId(canonical.descriptor, tenant);
   std::lock_guard<std::mutex> rl(register_mu_);
   std::shared_ptr<const Namespace> existing;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (auto it = namespaces_.find(id); it != namespaces_.end()) existing = it->second;
+  }
+  if (existing != nullptr && existing->tenant != tenant) {
+    // Only a 64-bit hash collision between two tenants' namespaces gets here.
+    return absl::AlreadyExistsError(
+        "namespace_descriptor: its namespace id collides with another namespace; change "
+        "cache_salt");
   }
   // A request without ttl_seconds keeps the TTL of an existing namespace.
   if (existing != nullptr && (!descriptor.has_ttl_seconds() ||
@@ -293,7 +338,7 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
         "the server holds ", limits_.max_namespaces,
         " namespaces, its limit (--max-namespaces); drop unused ones first"));
   }
-  TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(canonical, id));
+  TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(canonical, id, tenant));
   if (ns->codec.packed_bytes() > limits_.max_block_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "namespace_descriptor: a packed block of this namespace is ", ns->codec.packed_bytes(),
@@ -301,7 +346,7 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
   }
   NamespaceRecord record;
   record.id = id;
-  record.descriptor = ns->descriptor.SerializeAsString();
+  record.descriptor = EncodeStoredDescriptor(ns->descriptor, tenant);
   record.ttl_seconds = ns->descriptor.ttl_seconds();
   record.logical_block_bytes = ns->codec.raw_bytes();
   TURBOKV_RETURN_IF_ERROR(store_->PutNamespace(record));
@@ -317,16 +362,35 @@ absl::StatusOr<std::shared_ptr<const Namespace>> NamespaceRegistry::Get(uint64_t
   return it->second;
 }
 
-absl::StatusOr<uint64_t> NamespaceRegistry::Drop(uint64_t id) {
-  std::lock_guard<std::mutex> rl(register_mu_);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!namespaces_.contains(id)) return UnknownNamespace(id);
+absl::StatusOr<std::shared_ptr<const Namespace>> NamespaceRegistry::Get(
+    uint64_t id, const Principal& caller) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = namespaces_.find(id);
+  // Another tenant's namespace takes the path of an unknown one: same status, same message.
+  if (it == namespaces_.end() || (!caller.admin && it->second->tenant != caller.tenant)) {
+    return UnknownNamespace(id);
   }
+  return it->second;
+}
+
+absl::StatusOr<uint64_t> NamespaceRegistry::Drop(uint64_t id, const Principal& caller) {
+  std::lock_guard<std::mutex> rl(register_mu_);
+  TURBOKV_RETURN_IF_ERROR(Get(id, caller).status());
   TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, store_->DropNamespace(id));
   std::lock_guard<std::mutex> l(mu_);
   namespaces_.erase(id);
   return deleted;
+}
+
+uint64_t NamespaceRegistry::TenantStoredBytes(std::string_view tenant) const {
+  const StoreStats stats = store_->Stats();
+  uint64_t bytes = 0;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const NamespaceStatsEntry& n : stats.namespaces) {
+    auto it = namespaces_.find(n.record.id);
+    if (it != namespaces_.end() && it->second->tenant == tenant) bytes += n.value_bytes;
+  }
+  return bytes;
 }
 
 size_t NamespaceRegistry::size() const {

@@ -16,7 +16,15 @@
 //   u32 num_kv_heads | u32 head_dim | u32 block_tokens | u32 tp_rank | u32 tp_size |
 //   str cache_salt | key: u32 bits, u32 group_size, u32 qjl | value: same |
 //   u32 protected_first_layers | u32 protected_last_layers | u32 protected_bits |
-//   u32 norm_correction | u64 rotation_seed | u64 qjl_seed
+//   u32 norm_correction | u64 rotation_seed | u64 qjl_seed [| str tenant]
+// The tenant (server/auth: who registered it) closes the string when it is not "" (a server
+// without authentication keeps the ids it always had): two tenants registering the same
+// descriptor get different namespace ids, so their blocks have different keys and a probe
+// of one tenant's prefix from another is a true miss in the store, not a refused hit. A
+// namespace of another tenant is answered exactly like an unregistered one (NotFound,
+// UnknownNamespace's message); only an admin sees and uses every tenant's namespaces.
+// The stored record keeps the tenant in front of the descriptor ("\xfftenant" u32 length +
+// tenant, then the serialized descriptor; 0xff never starts a serialized protobuf message).
 // ttl_seconds is a storage policy, not part of the identity: it is excluded, registering an
 // existing namespace with another ttl_seconds updates the ttl, and registering it without
 // ttl_seconds keeps the ttl it has. Clients never need to
@@ -35,6 +43,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/auth/principal.h"
 #include "server/server_options.h"
 #include "server/storage/block_store.h"
 #include "turbokv/codec/block_codec.h"
@@ -45,6 +54,7 @@ namespace turbokv::server {
 // A registered namespace. Immutable; shared by the requests using it.
 struct Namespace {
   uint64_t id = 0;
+  std::string tenant;                  // who registered it ("" without authentication)
   v1::NamespaceDescriptor descriptor;  // canonical, including ttl_seconds
   codec::BlockCodec codec;             // encodes with namespace_id = id
 };
@@ -59,8 +69,9 @@ struct CanonicalNamespace {
 [[nodiscard]] absl::StatusOr<CanonicalNamespace> Canonicalize(const v1::NamespaceDescriptor& in,
                                                               std::string_view default_preset);
 // The canonical byte string above (ttl_seconds ignored) and its XXH3-64.
-std::string CanonicalBytes(const v1::NamespaceDescriptor& canonical);
-uint64_t NamespaceId(const v1::NamespaceDescriptor& canonical);
+std::string CanonicalBytes(const v1::NamespaceDescriptor& canonical,
+                           std::string_view tenant = "");
+uint64_t NamespaceId(const v1::NamespaceDescriptor& canonical, std::string_view tenant = "");
 
 class NamespaceRegistry {
  public:
@@ -82,16 +93,25 @@ class NamespaceRegistry {
   // InvalidArgument: bad descriptor, a string over max_descriptor_string_bytes, a raw or
   // packed block over max_block_bytes, codec set-up over max_codec_setup_bytes (the message
   // names both numbers). ResourceExhausted: max_namespaces reached.
-  [[nodiscard]] absl::StatusOr<Registered> Register(const v1::NamespaceDescriptor& descriptor);
+  // The namespace belongs to `tenant`.
+  [[nodiscard]] absl::StatusOr<Registered> Register(const v1::NamespaceDescriptor& descriptor,
+                                                    std::string_view tenant = "");
   // NotFound when the id is not registered.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Get(uint64_t id) const;
-  // Drops the namespace and its blocks; returns the number of blocks deleted. NotFound.
-  [[nodiscard]] absl::StatusOr<uint64_t> Drop(uint64_t id);
+  // The same for `caller`: NotFound, with the same message, also when the namespace belongs
+  // to another tenant and the caller is not an admin.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Get(
+      uint64_t id, const Principal& caller) const;
+  // Drops the namespace and its blocks; returns the number of blocks deleted. NotFound as
+  // Get(id, caller).
+  [[nodiscard]] absl::StatusOr<uint64_t> Drop(uint64_t id, const Principal& caller = {"", true});
+  // Packed bytes stored in the namespaces of `tenant` (the quota's measure).
+  uint64_t TenantStoredBytes(std::string_view tenant) const;
   size_t size() const;
 
  private:
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Build(
-      const CanonicalNamespace& canonical, uint64_t id) const;
+      const CanonicalNamespace& canonical, uint64_t id, std::string_view tenant) const;
 
   // InvalidArgument when the namespace would cost more than the limits allow (before any of
   // it is built).

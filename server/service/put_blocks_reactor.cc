@@ -96,8 +96,9 @@ absl::Status ValidatePackedBlock(const Namespace& ns, absl::Span<const uint8_t> 
 }
 
 PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                                   v1::PutBlocksResponse* response)
+                                   v1::PutBlocksResponse* response, Principal caller)
     : ctx_(ctx),
+      caller_(std::move(caller)),
       response_(response),
       scope_(ctx, RpcMethod::kPutBlocks),
       deadline_(context->deadline()) {
@@ -174,7 +175,7 @@ void PutBlocksReactor::OnBudget(const absl::Status& status) {
 
 void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
   if (ns_ == nullptr) {
-    absl::StatusOr<std::shared_ptr<const Namespace>> ns = ctx_->registry->Get(req.namespace_id());
+    absl::StatusOr<std::shared_ptr<const Namespace>> ns = ctx_->registry->Get(req.namespace_id(), caller_);
     if (!ns.ok()) {
       FailStream(ns.status());
       return;

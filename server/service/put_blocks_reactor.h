@@ -58,8 +58,9 @@ namespace turbokv::server {
 class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksRequest>,
                                public RefCountedReactor {
  public:
+  // `caller`: the authenticated caller (namespaces of other tenants are unknown to it).
   PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                   v1::PutBlocksResponse* response);
+                   v1::PutBlocksResponse* response, Principal caller);
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
@@ -100,6 +101,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   bool Abandoned() const;  // cancelled, past the deadline, or failed as a whole
 
   ServiceContext* const ctx_;
+  const Principal caller_;
   v1::PutBlocksResponse* const response_;
   RpcScope scope_;
   const std::chrono::system_clock::time_point deadline_;

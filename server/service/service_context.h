@@ -9,7 +9,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
+#include "server/auth/authenticator.h"
 #include "server/metrics/metrics.h"
 #include "server/server_options.h"
 #include "server/service/byte_budget.h"
@@ -28,6 +30,7 @@ struct ServiceContext {
   CodecPool* io_pool = nullptr;  // RocksDB reads and writes, unary calls
   ByteBudget* budget = nullptr;  // server-wide request bytes in flight
   Metrics* metrics = nullptr;
+  Authenticator* auth = nullptr;  // nullptr: every caller is the admin of tenant ""
   CodecBackend backend;
   LimitOptions limits;
   std::atomic<bool> shutting_down{false};
@@ -67,6 +70,14 @@ absl::Status Guarded(ServiceContext* ctx, const char* where, Fn&& fn) {
     return CaughtException(ctx, where, std::current_exception());
   }
 }
+
+// The caller of `context` (ctx.auth), or why it is refused (UNAUTHENTICATED,
+// PERMISSION_DENIED).
+absl::StatusOr<Principal> Authenticate(ServiceContext& ctx, const grpc::ServerContextBase& context,
+                                       RpcMethod method);
+
+// RESOURCE_EXHAUSTED when `caller`'s tenant has a byte quota and stores that much already.
+absl::Status CheckTenantQuota(const ServiceContext& ctx, const Principal& caller);
 
 // RESOURCE_EXHAUSTED when a call names more than limits.max_hashes_per_call hashes.
 absl::Status CheckHashCount(const ServiceContext& ctx, size_t count);

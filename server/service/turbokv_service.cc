@@ -1,5 +1,6 @@
 #include "server/service/turbokv_service.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -27,6 +28,18 @@ absl::StatusOr<std::vector<std::string_view>> HashViews(
   return views;
 }
 
+// A stream refused before it started (authentication, quota): finishes at once, reported
+// through RpcScope like every call.
+template <typename Base>
+class RefusedReactor final : public Base {
+ public:
+  RefusedReactor(ServiceContext* ctx, RpcMethod method, const absl::Status& status) {
+    RpcScope scope(ctx, method);
+    this->Finish(scope.Complete(status));
+  }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 TurboKvService::TurboKvService(ServiceContext* ctx, std::string version)
@@ -34,22 +47,27 @@ TurboKvService::TurboKvService(ServiceContext* ctx, std::string version)
 
 grpc::ServerUnaryReactor* TurboKvService::Unary(grpc::CallbackServerContext* context,
                                                 RpcMethod method, Where where,
-                                                std::function<absl::Status()> fn) {
+                                                std::function<absl::Status(const Principal&)> fn) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto scope = std::make_shared<RpcScope>(ctx_, method);
   if (ctx_->shutting_down.load()) {
     reactor->Finish(scope->Complete(ShuttingDown()));
     return reactor;
   }
+  absl::StatusOr<Principal> caller = Authenticate(*ctx_, *context, method);
+  if (!caller.ok()) {
+    reactor->Finish(scope->Complete(caller.status()));
+    return reactor;
+  }
   // Runs fn inside the exception barrier; a call cancelled (or past its deadline) while it
   // waited in the queue is answered without running it.
-  auto run = [this, reactor, scope, context, fn = std::move(fn)] {
+  auto run = [this, reactor, scope, context, caller = *std::move(caller), fn = std::move(fn)] {
     absl::Status s;
     if (context->IsCancelled()) {
       s = absl::CancelledError(
           absl::StrCat(RpcMethodName(scope->method()), " cancelled before it ran"));
     } else {
-      s = Guarded(ctx_, RpcMethodName(scope->method()), fn);
+      s = Guarded(ctx_, RpcMethodName(scope->method()), [&] { return fn(caller); });
     }
     reactor->Finish(scope->Complete(s));
   };
@@ -67,13 +85,13 @@ grpc::ServerUnaryReactor* TurboKvService::RegisterNamespace(
     grpc::CallbackServerContext* context, const v1::RegisterNamespaceRequest* request,
     v1::RegisterNamespaceResponse* response) {
   return Unary(context, RpcMethod::kRegisterNamespace, Where::kPool,
-               [this, request, response]() -> absl::Status {
+               [this, request, response](const Principal& caller) -> absl::Status {
                  if (!request->has_namespace_descriptor()) {
                    return absl::InvalidArgumentError("namespace_descriptor is required");
                  }
                  TURBOKV_ASSIGN_OR_RETURN(
                      NamespaceRegistry::Registered r,
-                     ctx_->registry->Register(request->namespace_descriptor()));
+                     ctx_->registry->Register(request->namespace_descriptor(), caller.tenant));
                  response->set_namespace_id(r.ns->id);
                  response->set_created(r.created);
                  *response->mutable_namespace_descriptor() = r.ns->descriptor;
@@ -86,7 +104,13 @@ grpc::ServerUnaryReactor* TurboKvService::RegisterNamespace(
 
 grpc::ServerReadReactor<v1::PutBlocksRequest>* TurboKvService::PutBlocks(
     grpc::CallbackServerContext* context, v1::PutBlocksResponse* response) {
-  return new PutBlocksReactor(ctx_, context, response);
+  absl::StatusOr<Principal> caller = Authenticate(*ctx_, *context, RpcMethod::kPutBlocks);
+  absl::Status refused = caller.ok() ? CheckTenantQuota(*ctx_, *caller) : caller.status();
+  if (!refused.ok()) {
+    return new RefusedReactor<grpc::ServerReadReactor<v1::PutBlocksRequest>>(
+        ctx_, RpcMethod::kPutBlocks, refused);
+  }
+  return new PutBlocksReactor(ctx_, context, response, *std::move(caller));
 }
 
 grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* context,
@@ -94,9 +118,9 @@ grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* co
                                                  v1::LookupResponse* response) {
   // Index only (in memory): cheap enough for gRPC's thread.
   return Unary(context, RpcMethod::kLookup, Where::kInline,
-               [this, request, response]() -> absl::Status {
+               [this, request, response](const Principal& caller) -> absl::Status {
                  TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
-                                          ctx_->registry->Get(request->namespace_id()));
+                                          ctx_->registry->Get(request->namespace_id(), caller));
                  TURBOKV_RETURN_IF_ERROR(CheckHashCount(*ctx_, request->block_hashes_size()));
                  if (request->lease_seconds() > ctx_->limits.max_lease_seconds) {
                    return absl::InvalidArgumentError(absl::StrCat(
@@ -117,16 +141,21 @@ grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::GetBlocksResponse>* TurboKvService::GetBlocks(
     grpc::CallbackServerContext* context, const v1::GetBlocksRequest* request) {
-  return new GetBlocksReactor(ctx_, context, request);
+  absl::StatusOr<Principal> caller = Authenticate(*ctx_, *context, RpcMethod::kGetBlocks);
+  if (!caller.ok()) {
+    return new RefusedReactor<grpc::ServerWriteReactor<v1::GetBlocksResponse>>(
+        ctx_, RpcMethod::kGetBlocks, caller.status());
+  }
+  return new GetBlocksReactor(ctx_, context, request, *std::move(caller));
 }
 
 grpc::ServerUnaryReactor* TurboKvService::DeleteBlocks(grpc::CallbackServerContext* context,
                                                        const v1::DeleteBlocksRequest* request,
                                                        v1::DeleteBlocksResponse* response) {
   return Unary(
-      context, RpcMethod::kDeleteBlocks, Where::kPool, [this, request, response]() -> absl::Status {
+      context, RpcMethod::kDeleteBlocks, Where::kPool, [this, request, response](const Principal& caller) -> absl::Status {
         TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
-                                 ctx_->registry->Get(request->namespace_id()));
+                                 ctx_->registry->Get(request->namespace_id(), caller));
         TURBOKV_RETURN_IF_ERROR(CheckHashCount(*ctx_, request->block_hashes_size()));
         TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
                                  HashViews(request->block_hashes()));
@@ -140,9 +169,9 @@ grpc::ServerUnaryReactor* TurboKvService::DropNamespace(grpc::CallbackServerCont
                                                         const v1::DropNamespaceRequest* request,
                                                         v1::DropNamespaceResponse* response) {
   return Unary(context, RpcMethod::kDropNamespace, Where::kPool,
-               [this, request, response]() -> absl::Status {
+               [this, request, response](const Principal& caller) -> absl::Status {
                  TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted,
-                                          ctx_->registry->Drop(request->namespace_id()));
+                                          ctx_->registry->Drop(request->namespace_id(), caller));
                  response->set_deleted_blocks(deleted);
                  return absl::OkStatus();
                });
@@ -152,30 +181,53 @@ grpc::ServerUnaryReactor* TurboKvService::Stats(grpc::CallbackServerContext* con
                                                 const v1::StatsRequest* request,
                                                 v1::StatsResponse* response) {
   return Unary(context, RpcMethod::kStats, Where::kInline, [this, request,
-                                                            response]() -> absl::Status {
+                                                            response](const Principal& caller)
+                                                               -> absl::Status {
     const StoreStats s = ctx_->store->Stats();
-    response->set_capacity_bytes(s.capacity_bytes);
-    response->set_used_bytes(s.used_bytes);
-    response->set_stored_bytes(s.value_bytes);
-    response->set_blocks(s.blocks);
-    response->set_logical_bytes(s.logical_bytes);
-    response->set_evicted_blocks(s.evicted_blocks);
-    response->set_checksum_failures(s.checksum_failures);
     response->set_codec_backend(ctx_->backend.name);
     response->set_durability(std::string(DurabilityName(ctx_->store->options().durability)));
     response->set_version(version_);
+    response->set_evicted_blocks(s.evicted_blocks);
+    response->set_checksum_failures(s.checksum_failures);
+    if (caller.admin) {
+      response->set_capacity_bytes(s.capacity_bytes);
+      response->set_used_bytes(s.used_bytes);
+      response->set_stored_bytes(s.value_bytes);
+      response->set_blocks(s.blocks);
+      response->set_logical_bytes(s.logical_bytes);
+    } else {
+      // A tenant sees its own namespaces and totals, and its quota as its capacity.
+      uint64_t stored = 0, blocks = 0, logical = 0;
+      for (const NamespaceStatsEntry& n : s.namespaces) {
+        auto ns = ctx_->registry->Get(n.record.id, caller);
+        if (!ns.ok()) continue;
+        stored += n.value_bytes;
+        blocks += n.blocks;
+        logical += n.logical_bytes;
+      }
+      const uint64_t quota = ctx_->auth != nullptr ? ctx_->auth->QuotaBytes(caller.tenant) : 0;
+      response->set_capacity_bytes(quota != 0 ? std::min(quota, s.capacity_bytes)
+                                              : s.capacity_bytes);
+      response->set_used_bytes(stored);
+      response->set_stored_bytes(stored);
+      response->set_blocks(blocks);
+      response->set_logical_bytes(logical);
+    }
     // One page of namespaces (sorted by id): a response stays small however many there are.
     const uint32_t page = ctx_->limits.max_stats_namespaces;
     for (const NamespaceStatsEntry& n : s.namespaces) {
       if (request->has_page_after() && n.record.id <= request->page_after()) continue;
+      auto ns = ctx_->registry->Get(n.record.id, caller);
+      if (!ns.ok() && !caller.admin) continue;  // another tenant's
       if (static_cast<uint32_t>(response->namespaces_size()) == page) {
         response->set_next_page_after(response->namespaces(page - 1).namespace_id());
         break;
       }
       v1::NamespaceStats* out = response->add_namespaces();
       out->set_namespace_id(n.record.id);
-      if (auto ns = ctx_->registry->Get(n.record.id); ns.ok()) {
+      if (ns.ok()) {
         *out->mutable_namespace_descriptor() = (*ns)->descriptor;
+        out->set_tenant((*ns)->tenant);
       }
       out->set_blocks(n.blocks);
       out->set_stored_bytes(n.value_bytes);

@@ -40,10 +40,10 @@ class TurboKvService final : public v1::TurboKV::CallbackService {
 
  private:
   enum class Where { kInline, kPool };
-  // The one wrapper of unary calls: shutdown check, running `fn` inline or on the pool, and
-  // reporting through RpcScope.
+  // The one wrapper of unary calls: shutdown check, authentication, running `fn` (with the
+  // caller) inline or on the pool, and reporting through RpcScope.
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, RpcMethod method,
-                                  Where where, std::function<absl::Status()> fn);
+                                  Where where, std::function<absl::Status(const Principal&)> fn);
 
   ServiceContext* const ctx_;
   const std::string version_;
