@@ -85,8 +85,12 @@ def find_cli_binary():
 class ServerProcess:
     """A turbokv-server child process on 127.0.0.1:<free port>."""
 
-    def __init__(self, binary: str, data_dir: str, log_path: str, extra_args=()):
+    def __init__(self, binary: str, data_dir: str, log_path: str, extra_args=(),
+                 metrics: bool = False, listen_host: str = "127.0.0.1"):
         self.binary = binary
+        self.listen_host = listen_host  # the gRPC port binds listen_host:0
+        self.metrics = metrics  # serve /metrics on 127.0.0.1:<free port> (metrics_port)
+        self.metrics_port = None
         self.data_dir = data_dir
         self.log_path = log_path
         self.extra_args = list(extra_args)
@@ -100,8 +104,9 @@ class ServerProcess:
     def start(self, timeout: float = 30.0) -> "ServerProcess":
         port_file = os.path.join(os.path.dirname(self.log_path),
                                  "port-%d" % int(time.time() * 1e6))
-        args = [self.binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
-                "--data-dir", self.data_dir, "--metrics-listen", "", "--codec-threads", "2",
+        args = [self.binary, "--listen", self.listen_host + ":0", "--port-file", port_file,
+                "--data-dir", self.data_dir, "--metrics-listen",
+                "127.0.0.1:0" if self.metrics else "", "--codec-threads", "2",
                 "--log-level", "warn"] + self.extra_args
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
@@ -113,8 +118,10 @@ class ServerProcess:
             try:
                 with open(port_file) as f:
                     first = f.readline().strip()
-                if first:
+                    second = f.readline().strip()
+                if first and (second or not self.metrics):
                     self.port = int(first)
+                    self.metrics_port = int(second) if second else None
                     return self
             except (FileNotFoundError, ValueError):
                 pass

@@ -27,6 +27,7 @@ _LAZY = {
     "StatusCode": ("turbokv.errors", "StatusCode"),
     "TurboKVError": ("turbokv.errors", "TurboKVError"),
     "PrefixHasher": ("turbokv.hasher", "PrefixHasher"),
+    "Security": ("turbokv.security", "Security"),
     "ShardedClient": ("turbokv.sharded_client", "ShardedClient"),
 }
 

@@ -56,6 +56,7 @@ from . import buffers
 from ._async import AsyncCalls
 from .errors import StatusCode, TurboKVError
 from .hasher import PrefixHasher
+from .security import Security
 
 try:
     from .v1 import turbokv_pb2 as pb
@@ -156,12 +157,15 @@ class LookupResult:
 class NamespaceStats:
     """One namespace in :class:`ServerStats`: ``blocks`` stored, ``stored_bytes`` (packed
     value bytes on disk), ``logical_bytes`` (the raw bytes those blocks represent in the
-    namespace dtype), ``descriptor`` (canonical, as in :class:`NamespaceInfo`)."""
+    namespace dtype), ``descriptor`` (canonical, as in :class:`NamespaceInfo`), ``tenant`` (who
+    registered it; "" on a server without authentication; a caller sees only its own tenant's
+    namespaces, an admin every tenant's)."""
     namespace_id: int
     descriptor: Dict[str, Any]
     blocks: int
     stored_bytes: int
     logical_bytes: int
+    tenant: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,12 +272,14 @@ class Client(AsyncCalls):
       options: extra gRPC channel options.
       max_concurrent_calls: threads running the ``*_async`` calls (created on first use).
         Default 8.
+      security: TLS and bearer-token settings (:class:`turbokv.Security`); None: plaintext,
+        no token.
     """
 
     def __init__(self, target: str, timeout: float = 30.0, max_attempts: int = 4,
                  max_chunk_bytes: int = MAX_CHUNK_BYTES,
                  options: Optional[Sequence[Tuple[str, Any]]] = None,
-                 max_concurrent_calls: int = 8):
+                 max_concurrent_calls: int = 8, security: Optional[Security] = None):
         if not target:
             raise ValueError("empty server target")
         if not 1 <= int(max_attempts) <= 10:
@@ -292,7 +298,8 @@ class Client(AsyncCalls):
         opts: List[Tuple[str, Any]] = [("grpc.max_receive_message_length", 16 << 20),
                                        ("grpc.enable_retries", 0)]
         opts.extend(options or [])
-        self._channel = grpc.insecure_channel(target, options=opts)
+        self.security = security or Security()
+        self._channel = self.security.channel(target, opts)
         self._stub = pb_grpc.TurboKVStub(self._channel)
         self._shapes: Dict[int, _Shape] = {}
         self._lock = threading.Lock()
@@ -611,7 +618,7 @@ class Client(AsyncCalls):
             namespaces=[NamespaceStats(
                 namespace_id=ns.namespace_id,
                 descriptor=_descriptor_dict(ns.namespace_descriptor), blocks=ns.blocks,
-                stored_bytes=ns.stored_bytes, logical_bytes=ns.logical_bytes)
+                stored_bytes=ns.stored_bytes, logical_bytes=ns.logical_bytes, tenant=ns.tenant)
                 for ns in r.namespaces])
 
 

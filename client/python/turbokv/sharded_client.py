@@ -46,6 +46,7 @@ from ._async import AsyncCalls
 from .client import (BlockResult, Client, Layers, LookupResult, NamespaceInfo, NamespaceStats,
                      ServerStats)
 from .errors import StatusCode, TurboKVError
+from .security import Security
 
 _NODE_FAILURES = (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED)
 # Reconnect quickly to a node that comes back (gRPC's default backoff grows to 120 s).
@@ -77,13 +78,16 @@ class ShardedClient(AsyncCalls):
       dns_refresh_seconds: re-resolution period of DNS targets. Default 30.
       max_concurrent_calls: threads running the ``*_async`` calls (created on first use;
         each call fans out on a separate pool of 16). Default 8.
+      security: TLS and bearer-token settings of every node's connection (turbokv.Security).
     Raises:
       ValueError: bad endpoints or options. OSError: a DNS name does not resolve at start.
     """
 
     def __init__(self, endpoints, replicas: int = 1, timeout: float = 30.0,
                  max_attempts: int = 2, node_down_seconds: float = 5.0,
-                 dns_refresh_seconds: float = 30.0, max_concurrent_calls: int = 8):
+                 dns_refresh_seconds: float = 30.0, max_concurrent_calls: int = 8,
+                 security: Optional[Security] = None):
+        self.security = security
         self._endpoints = sharding.parse_endpoints(endpoints)
         if int(replicas) < 1:
             raise ValueError("replicas must be >= 1, got %r" % (replicas,))
@@ -135,7 +139,8 @@ class ShardedClient(AsyncCalls):
                 if n not in self._clients:
                     self._clients[n] = Client(n, timeout=self.timeout,
                                               max_attempts=self.max_attempts,
-                                              options=_CHANNEL_OPTIONS)
+                                              options=_CHANNEL_OPTIONS,
+                                              security=self.security)
             # Dropped, not closed: a call in flight may still use it (the channel closes when
             # the last reference goes).
             for n in [n for n in self._clients if n not in nodes]:
