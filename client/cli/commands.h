@@ -25,6 +25,9 @@ struct GlobalOptions {
   // Progress lines on stderr during put/get: "auto" = when stderr is a terminal and --json is
   // off; "always"; "never".
   std::string progress = "auto";
+  // TLS and bearer token (--tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --token,
+  // --token-file; env TURBOKV_TLS_CA, ... like the Python client's Security.from_env).
+  turbokv::client::ClientSecurity security;
 };
 
 // Whether put/get print progress lines to stderr.

@@ -65,6 +65,24 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
 
+  // TLS and token: flags, else the environment variables the Python client reads too.
+  auto& sec = g.security;
+  app.add_flag("--tls", sec.tls, "TLS with the system's CA roots (implied by --tls-ca)")
+      ->envname("TURBOKV_TLS");
+  app.add_option("--tls-ca", sec.ca_file, "PEM CA bundle to trust for the server certificate")
+      ->envname("TURBOKV_TLS_CA");
+  app.add_option("--tls-cert", sec.cert_file, "PEM client certificate (mutual TLS)")
+      ->envname("TURBOKV_TLS_CERT");
+  app.add_option("--tls-key", sec.key_file, "PEM key of --tls-cert")->envname("TURBOKV_TLS_KEY");
+  app.add_option("--tls-server-name", sec.server_name,
+                 "name to check the server certificate against, when not the --server host")
+      ->envname("TURBOKV_TLS_SERVER_NAME");
+  app.add_option("--token", sec.token,
+                 "bearer token (prefer --token-file: a flag shows in the process list)")
+      ->envname("TURBOKV_TOKEN");
+  app.add_option("--token-file", sec.token_file, "file holding the bearer token")
+      ->envname("TURBOKV_TOKEN_FILE");
+
   Action action;
   turbokv::cli::AddNamespaceCommands(app, &action);
   turbokv::cli::AddPutCommand(app, &action);
@@ -91,6 +109,7 @@ int main(int argc, char** argv) {
 
   turbokv::client::ShardedClientOptions options;
   options.client.timeout = absl::Seconds(g.timeout_seconds);
+  options.client.security = g.security;
   options.replicas = g.replicas;
   absl::StatusOr<std::unique_ptr<turbokv::client::ShardedClient>> client =
       turbokv::client::ShardedClient::Connect(g.server, options);

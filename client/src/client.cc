@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -87,6 +89,12 @@ absl::Status ClientOptions::Validate() const {
   if (max_receive_message_bytes < (2 << 20)) {
     return absl::InvalidArgumentError("max_receive_message_bytes must be >= 2 MiB");
   }
+  if (security.cert_file.empty() != security.key_file.empty()) {
+    return absl::InvalidArgumentError("security: cert_file and key_file go together");
+  }
+  if (!security.token.empty() && !security.token_file.empty()) {
+    return absl::InvalidArgumentError("security: give token or token_file, not both");
+  }
   if (max_reconnect_backoff != absl::ZeroDuration() &&
       (max_reconnect_backoff < absl::Milliseconds(100) ||
        max_reconnect_backoff > absl::Minutes(10))) {
@@ -111,8 +119,37 @@ absl::StatusOr<uint64_t> ParseNamespaceId(absl::string_view text) {
   return id;
 }
 
+namespace {
+
+// The whole file, or InvalidArgument naming `what`.
+absl::StatusOr<std::string> ReadSecurityFile(const char* what, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const ClientSecurity& sec, grpc::ChannelArguments* args) {
+  if (!sec.uses_tls()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  if (!sec.ca_file.empty()) {
+    TURBOKV_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadSecurityFile("ca_file", sec.ca_file));
+  }
+  if (!sec.cert_file.empty()) {
+    TURBOKV_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadSecurityFile("cert_file", sec.cert_file));
+    TURBOKV_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadSecurityFile("key_file", sec.key_file));
+  }
+  if (!sec.server_name.empty()) args->SetSslTargetNameOverride(sec.server_name);
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+
 struct Client::Impl {
   ClientOptions options;
+  std::string authorization;  // "Bearer <token>", or empty
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::TurboKV::Stub> stub;
 
@@ -131,6 +168,7 @@ struct Client::Impl {
     for (int i = 1;; ++i) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(deadline));
+      if (!authorization.empty()) context.AddMetadata("authorization", authorization);
       status = attempt(&context);
       if (status.code() != absl::StatusCode::kUnavailable || i >= options.max_attempts) break;
       std::uniform_real_distribution<double> jitter(0.8, 1.2);
@@ -164,7 +202,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           ChannelCredentialsFor(options.security, &args));
+  std::string token = options.security.token;
+  if (!options.security.token_file.empty()) {
+    TURBOKV_ASSIGN_OR_RETURN(token, ReadSecurityFile("token_file", options.security.token_file));
+    token = std::string(absl::StripAsciiWhitespace(token));
+    if (token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token_file: ", options.security.token_file, " is empty"));
+    }
+  }
+  if (!token.empty()) impl->authorization = "Bearer " + token;
+  impl->channel = grpc::CreateCustomChannel(target, credentials, args);
   impl->stub = v1::TurboKV::NewStub(impl->channel);
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }

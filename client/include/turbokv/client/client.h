@@ -174,7 +174,30 @@ struct ServerStats {
 };
 
 // Client configuration. Every field has a default; Validate() checks ranges.
+// How the client reaches a secured server (docs/server.md, "Security"). Default: plaintext,
+// no token.
+struct ClientSecurity {
+  // TLS with the system's roots; implied by ca_file or cert_file. Default: false.
+  bool tls = false;
+  // PEM bundle of the CAs trusted for the server certificate. Default: "" (system roots).
+  std::string ca_file;
+  // PEM client certificate chain and key, for a server with mutual TLS. Both or neither.
+  std::string cert_file;
+  std::string key_file;
+  // The name checked against the server certificate when it is not the target's host
+  // (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG). Default: "".
+  std::string server_name;
+  // Bearer token sent as `authorization: Bearer <token>` on every call, or a file holding it
+  // (read at Connect, whitespace trimmed). At most one of them. Default: "".
+  std::string token;
+  std::string token_file;
+
+  bool uses_tls() const { return tls || !ca_file.empty() || !cert_file.empty(); }
+};
+
 struct ClientOptions {
+  // TLS and bearer token. Default: plaintext, no token.
+  ClientSecurity security;
   // Deadline of one call, all attempts included. Default: 30 s.
   absl::Duration timeout = absl::Seconds(30);
   // Attempts per call on UNAVAILABLE (1 = no retry). Range [1, 10]. Default: 4.
