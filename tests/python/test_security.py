@@ -425,3 +425,65 @@ def test_bad_security_flags_fail_start(tmp_path, pki):
         assert p.returncode != 0, (args, p.stdout, p.stderr)
         assert want in p.stdout + p.stderr, (args, p.stdout + p.stderr)
         assert TOKEN_A not in p.stdout + p.stderr
+
+
+# -- the CLI (the C++ client) --------------------------------------------------------------
+def test_cli_tls_and_token(tmp_path, pki, turbokv_cli):
+    import json
+    import subprocess
+    cert, key = pki.client("cli-client")
+    tokens = _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A)])
+    s = _server(tmp_path, "cli", "--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
+                "--tls-client-ca", pki.ca, "--token-file", tokens)
+    token_file = tmp_path / "token-a"
+    token_file.write_text(TOKEN_A + "\n")
+
+    def cli(*args, env=None):
+        e = {k: v for k, v in os.environ.items() if not k.startswith("TURBOKV_")}
+        e.update(env or {})
+        return subprocess.run([turbokv_cli, "--server", s.address, "--json", "--timeout", "10"] +
+                              list(args), capture_output=True, text=True, timeout=60, env=e)
+    try:
+        tls = ["--tls-ca", pki.ca, "--tls-cert", cert, "--tls-key", key]
+        p = cli(*tls, "--token-file", str(token_file), "ns", "register", "--model", "m",
+                "--num-layers", "2", "--num-kv-heads", "2", "--head-dim", "64",
+                "--block-tokens", "16", "--preset", "raw")
+        assert p.returncode == 0, p.stdout + p.stderr
+        # The same through the environment variables the Python client reads too.
+        p = cli("stats", env={"TURBOKV_TLS_CA": pki.ca, "TURBOKV_TLS_CERT": cert,
+                              "TURBOKV_TLS_KEY": key, "TURBOKV_TOKEN_FILE": str(token_file)})
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert len(json.loads(p.stdout)["namespaces"]) == 1
+        p = cli(*tls, "stats")  # no token, certificate not in the token file
+        assert p.returncode == 1 and "UNAUTHENTICATED" in p.stdout + p.stderr, p.stdout + p.stderr
+        p = cli("--tls-ca", pki.ca, "--token-file", str(token_file), "stats")  # no client cert
+        assert p.returncode == 1 and "UNAVAILABLE" in p.stdout + p.stderr, p.stdout + p.stderr
+    finally:
+        s.stop()
+
+
+def test_vllm_connector_options_reach_a_tls_token_server(tmp_path, pki):
+    """The vLLM connector's kv_connector_extra_config keys (tls_ca, token_file, ...) give its
+    client TLS and the token; a sharded dns:/// target checks the certificate's name through
+    tls_server_name."""
+    from turbokv.integrations.vllm_store import ConnectorOptions, make_client
+    tokens = _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A)])
+    s = _server(tmp_path, "vllm", "--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
+                "--token-file", tokens)
+    token_file = tmp_path / "token-a"
+    token_file.write_text(TOKEN_A)
+    try:
+        for server, extra in ((s.address, {}),
+                              ("dns:///localhost:%d" % s.port, {"tls_server_name": "localhost"})):
+            opts = ConnectorOptions.from_extra_config(dict(
+                server=server, tls_ca=pki.ca, token_file=str(token_file), **extra))
+            assert TOKEN_A not in repr(opts.security())
+            c = make_client(opts, timeout=10.0)
+            try:
+                ns = c.register_namespace(model="m", preset="raw", **SHAPE).namespace_id
+                c.put_blocks(ns, _hashes(1), _blocks(1))
+                assert c.lookup(ns, _hashes(1)).matched_blocks == 1
+            finally:
+                c.close()
+    finally:
+        s.stop()

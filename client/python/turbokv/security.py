@@ -15,7 +15,7 @@ call credentials, over plaintext (meant for loopback tests only) by an intercept
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -47,7 +47,7 @@ class Security:
     cert_file: Optional[str] = None
     key_file: Optional[str] = None
     server_name: Optional[str] = None
-    token: Optional[str] = None
+    token: Optional[str] = field(default=None, repr=False)  # never in a log line
     token_file: Optional[str] = None
 
     def __post_init__(self) -> None:

@@ -27,7 +27,15 @@ name is ``turbokv`` or ``turbokv.<instance>``):
     replicas             copies of each chunk across the servers                     1
     timeout_seconds      deadline of each turbokv call                               5
     lease_seconds        how long a pinned existence check protects the chunks      30
+    tls                  TLS with the system's CA roots (implied by tls_ca)          false
+    tls_ca               PEM CA bundle to trust for the server certificate          unset
+    tls_cert, tls_key    PEM client certificate and key (mutual TLS)                unset
+    tls_server_name      name checked against the server certificate                the host
+    token_file, token    bearer token (a file, or the token itself)                 unset
     ===================  ==========================================================  =======
+
+Unset TLS and token settings fall back to ``TURBOKV_TLS_CA``, ``TURBOKV_TOKEN_FILE``, ...
+(``turbokv.Security.from_env``).
 
 Mapping. LMCache hands the connector one MemoryObj per chunk of ``chunk_size`` tokens, a
 tensor ``[2][num_layers][chunk_size][num_kv_heads * head_dim]`` (format KV_2LTD) in the
@@ -72,6 +80,7 @@ from lmcache.v1.storage_backend.connector import (ConnectorAdapter, ConnectorCon
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from ..errors import TurboKVError
+from ..security import Security
 from ..sharded_client import ShardedClient
 
 logger = logging.getLogger("turbokv.lmcache")
@@ -104,6 +113,9 @@ class _Settings:
         self.replicas = int(get("replicas", 1))
         self.timeout = float(get("timeout_seconds", 5.0))
         self.lease_seconds = int(get("lease_seconds", 30))
+        self.security = Security.from_config({
+            k: get(k, None) for k in ("tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name",
+                                      "token", "token_file") if get(k, None)})
         if self.timeout <= 0 or self.replicas < 1 or self.lease_seconds < 0:
             raise ValueError("turbokv LMCache plugin: timeout_seconds must be > 0, replicas "
                              ">= 1, lease_seconds >= 0")
@@ -144,7 +156,8 @@ class TurboKVConnector(RemoteConnector):
         self.local_cpu_backend = local_cpu_backend
         self.client = client or ShardedClient(self.settings.server,
                                               replicas=self.settings.replicas,
-                                              timeout=self.settings.timeout)
+                                              timeout=self.settings.timeout,
+                                              security=self.settings.security)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4,
                                                            thread_name_prefix="turbokv-lmc")
         self._lock = threading.Lock()

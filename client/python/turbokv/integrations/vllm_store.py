@@ -12,6 +12,7 @@ import time
 from typing import Dict, Optional, Tuple
 
 from turbokv.errors import StatusCode
+from turbokv.security import Security
 
 # A child of vLLM's "vllm" logger, so lines come out with vLLM's format and level.
 logger = logging.getLogger("vllm.turbokv")
@@ -42,6 +43,14 @@ class ConnectorOptions:
         dropped (counted). Default 1024.
     save_decode: also save blocks completed during decode (multi-turn reuse). Default True.
     replicas: copies per block with several nodes. Default 1.
+    tls: TLS with the system's CA roots (implied by tls_ca). Default False.
+    tls_ca / tls_cert / tls_key: PEM CA bundle to trust; client certificate and key for a
+        server with mutual TLS. Default "" (unset).
+    tls_server_name: the name the server certificate is checked against, when it is not the
+        host of ``server`` (a ``dns:///`` target resolves to pod IPs). Default "".
+    token_file / token: the bearer token (prefer token_file: the config is logged). Default "".
+    Unset TLS/token keys fall back to the ``TURBOKV_TLS_*`` / ``TURBOKV_TOKEN*`` environment
+    variables (``turbokv.Security.from_env``).
     """
     server: str
     preset: str = "k4v4-g32"
@@ -56,6 +65,20 @@ class ConnectorOptions:
     max_pending_save_mib: int = 1024
     save_decode: bool = True
     replicas: int = 1
+    tls: bool = False
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_server_name: str = ""
+    token_file: str = ""
+    token: str = dataclasses.field(default="", repr=False)
+
+    def security(self) -> Security:
+        """The connection's TLS and token settings (these keys, else the environment)."""
+        keys = {"tls": self.tls, "tls_ca": self.tls_ca, "tls_cert": self.tls_cert,
+                "tls_key": self.tls_key, "tls_server_name": self.tls_server_name,
+                "token": self.token, "token_file": self.token_file}
+        return Security.from_config({k: v for k, v in keys.items() if v})
 
     @classmethod
     def from_extra_config(cls, extra: dict) -> "ConnectorOptions":
@@ -120,8 +143,9 @@ def make_client(opts: ConnectorOptions, timeout: float):
     target = opts.server.strip()
     if "," in target or target.startswith("dns:"):
         return ShardedClient(target, replicas=opts.replicas, timeout=timeout, max_attempts=1,
-                             node_down_seconds=max(opts.retry_after_s, 1.0))
-    return Client(target, timeout=timeout, max_attempts=2)
+                             node_down_seconds=max(opts.retry_after_s, 1.0),
+                             security=opts.security())
+    return Client(target, timeout=timeout, max_attempts=2, security=opts.security())
 
 
 def failure_reason(err: BaseException) -> str:
