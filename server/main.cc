@@ -71,6 +71,9 @@ int main(int argc, char** argv) {
   };
   add("--listen", options.listen_address,
       "gRPC address HOST:PORT; port 0 picks a free port (see --port-file)");
+  add("--health-listen", options.health_listen_address,
+      "Plaintext HOST:PORT serving only grpc.health.v1.Health (kubelet's gRPC probes cannot "
+      "speak TLS); \"\" = health on --listen only");
   add("--port-file", port_file,
       "Once serving, write the bound gRPC port to this file (first line) and the metrics port "
       "(second line, when metrics are enabled)");
@@ -220,6 +223,10 @@ int main(int argc, char** argv) {
       options.codec.default_preset, (*server)->recovered_namespaces(),
       (*server)->recovered_blocks());
 
+  if ((*server)->health_port() != 0) {
+    spdlog::info("plaintext health checks on {} (port {})", options.health_listen_address,
+                 (*server)->health_port());
+  }
   spdlog::info("gRPC port security: {}, authentication: {}",
                !auth.tls() ? "plaintext"
                : auth.tls_client_ca.empty() ? "TLS"

@@ -86,10 +86,14 @@ void WarnAboutSecurity(const ServerOptions& options) {
           "--token-file and --tls-cert/--tls-key (docs/server.md, Security) ***",
           options.listen_address);
     } else {
-      spdlog::warn(
-          "protected mode: no authentication is configured, so only loopback clients are "
-          "answered (remote calls get PERMISSION_DENIED); configure --token-file or "
-          "--tls-client-ca, or pass --insecure-allow-remote");
+      const std::string& l = options.listen_address;
+      const bool loopback_only = l.rfind("127.", 0) == 0 || l.rfind("[::1]:", 0) == 0 ||
+                                 l.rfind("localhost:", 0) == 0 || l.rfind("unix:", 0) == 0;
+      // Listening on loopback only, protected mode changes nothing: no warning.
+      spdlog::log(loopback_only ? spdlog::level::info : spdlog::level::warn,
+                  "protected mode: no authentication is configured, so only loopback clients "
+                  "are answered (remote calls get PERMISSION_DENIED); configure --token-file or "
+                  "--tls-client-ca, or pass --insecure-allow-remote");
     }
   } else if (!a.tls()) {
     spdlog::warn("bearer tokens are accepted over plaintext gRPC on {}: anyone on the path can "
@@ -216,9 +220,25 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", options.listen_address));
   }
-  if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
-    health->SetServingStatus(true);
-    health->SetServingStatus(kServiceName, true);
+  if (!options.health_listen_address.empty()) {
+    // A second gRPC server with nothing but grpc.health.v1.Health, in plaintext: kubelet's
+    // gRPC probes cannot speak TLS. It reveals only SERVING / NOT_SERVING.
+    grpc::ServerBuilder health_builder;
+    health_builder.AddListeningPort(options.health_listen_address,
+                                    grpc::InsecureServerCredentials(), &health_port_);
+    health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health_server_ = health_builder.BuildAndStart();
+    if (health_server_ == nullptr || health_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve health checks on ", options.health_listen_address));
+    }
+  }
+  for (grpc::Server* server : {grpc_server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) {
+      health->SetServingStatus(true);
+      health->SetServingStatus(kServiceName, true);
+    }
   }
   refresh_ = std::thread([this] { RefreshLoop(); });
   return absl::OkStatus();
@@ -243,6 +263,12 @@ void Server::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (context_ != nullptr) context_->shutting_down.store(true);
+  if (health_server_ != nullptr) {
+    if (grpc::HealthCheckServiceInterface* health = health_server_->GetHealthCheckService()) {
+      health->SetServingStatus(false);
+      health->SetServingStatus(kServiceName, false);
+    }
+  }
   if (grpc_server_ != nullptr) {
     if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
       health->SetServingStatus(false);
@@ -262,6 +288,10 @@ void Server::Shutdown() {
   io_pool_.reset();  // runs what is queued (I/O tasks may queue codec work), then joins
   pool_.reset();
   grpc_server_.reset();
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(std::chrono::system_clock::now());
+    health_server_.reset();
+  }
   exposer_.reset();
   auth_.reset();
   budget_.reset();

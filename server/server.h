@@ -58,6 +58,7 @@ class Server {
   int codec_threads() const;  // resolved worker counts
   int io_threads() const;                  // bound gRPC port
   int metrics_port() const { return metrics_port_; }  // 0 when metrics are disabled
+  int health_port() const { return health_port_; }    // 0 without --health-listen
   const std::string& codec_backend() const;           // "cpu-avx2", "cuda", ...
   const std::string& codec_backend_detail() const;    // GPU name, or why not CUDA
   uint64_t recovered_namespaces() const { return recovered_namespaces_; }
@@ -83,7 +84,9 @@ class Server {
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<TurboKvService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<grpc::Server> health_server_;  // --health-listen, when set
   int port_ = 0;
+  int health_port_ = 0;
   int metrics_port_ = 0;
   uint64_t recovered_namespaces_ = 0;
   uint64_t recovered_blocks_ = 0;

@@ -127,6 +127,10 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError("listen_address must be HOST:PORT, got an empty string");
   }
   TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("listen_address", listen_address));
+  if (!health_listen_address.empty()) {
+    TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("health_listen_address",
+                                                  health_listen_address));
+  }
   if (!metrics.listen_address.empty()) {
     TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("metrics.listen_address",
                                                   metrics.listen_address));

@@ -84,6 +84,10 @@ struct LimitOptions {
 struct ServerOptions {
   // HOST:PORT of the gRPC endpoint; port 0 picks a free one. Default: "0.0.0.0:50051".
   std::string listen_address = "0.0.0.0:50051";
+  // HOST:PORT of a plaintext port serving only grpc.health.v1.Health (for probes that cannot
+  // speak TLS, such as kubelet's gRPC probes); empty: health only on listen_address.
+  // Default: "".
+  std::string health_listen_address;
   // On shutdown, in-flight calls get this long to finish before they are cancelled,
   // milliseconds. Default: 5000.
   int shutdown_grace_ms = 5000;

@@ -97,12 +97,23 @@ def test_resources_are_wired_together(overlay):
         assert sel.items() <= pod_labels.items(), sel
     c = _container(sts)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"grpc": 50051, "metrics": 9464}
+    assert ports == {"grpc": 50051, "metrics": 9464, "health": 8081}
     assert {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]} == {"grpc": "grpc",
                                                                          "metrics": "metrics"}
-    # Probes: the gRPC health service on the gRPC port.
+    # Probes: the gRPC health service on the plaintext health-only port (kubelet's gRPC probes
+    # cannot speak TLS); the gRPC port itself is TLS with bearer tokens, from mounted Secrets.
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"]["port"] == ports["grpc"], probe
+        assert c[probe]["grpc"]["port"] == ports["health"], probe
+    assert "--health-listen=0.0.0.0:%d" % ports["health"] in c["args"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    for flag, volume, secret, path in (
+            ("--tls-cert", "tls", "turbokv-tls", "tls.crt"),
+            ("--tls-key", "tls", "turbokv-tls", "tls.key"),
+            ("--token-file", "auth", "turbokv-tokens", "tokens")):
+        assert "%s=%s/%s" % (flag, mounts[volume], path) in c["args"], flag
+        assert volumes[volume]["secret"]["secretName"] == secret
+        assert not [m for m in c["volumeMounts"] if m["name"] == volume and "subPath" in m]
     # Listen addresses agree with the ports; every $(VAR) comes from the ConfigMap.
     assert "--listen=0.0.0.0:%d" % ports["grpc"] in c["args"]
     assert "--metrics-listen=0.0.0.0:%d" % ports["metrics"] in c["args"]
@@ -187,8 +198,16 @@ def test_server_starts_with_the_rendered_flags(overlay, tmp_path):
     k = by_kind(rendered(overlay))
     env = {k2: v for k2, v in os.environ.items() if not k2.startswith("TURBOKV_")}
     env.update(k["ConfigMap"]["data"])
+    # The Secrets' files, made here: a certificate from openssl, a token file.
+    sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+    from pki import Pki, token_digest
+    pki = Pki(str(tmp_path / "pki"))
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token %s tenant-a\n" % token_digest("deploy-test-token"))
     local = {"--listen": "127.0.0.1:0", "--metrics-listen": "127.0.0.1:0",
-             "--data-dir": str(tmp_path / "data")}
+             "--health-listen": "127.0.0.1:0", "--data-dir": str(tmp_path / "data"),
+             "--tls-cert": pki.server_cert, "--tls-key": pki.server_key,
+             "--token-file": str(tokens)}
     args = ["%s=%s" % (a.split("=", 1)[0], local[a.split("=", 1)[0]])
             if a.split("=", 1)[0] in local else a for a in _container(k["StatefulSet"])["args"]]
     port_file = tmp_path / "ports"

@@ -91,18 +91,12 @@ Authenticator::Authenticator(const AuthOptions& options, prometheus::Registry& r
                            .Help("TurboKV calls refused by authentication, by reason "
                                  "(missing_credentials, invalid_token, unknown_certificate, "
                                  "not_loopback)")
-                           .Register(registry)) {
-  for (int i = 0; i < kNumAuthFailures; ++i) {
-    failures_[i] = &failures_family_.Add({{"reason", AuthFailureName(static_cast<AuthFailure>(i))}});
-  }
-  auto& reloads = prometheus::BuildCounter()
-                      .Name("turbokv_auth_token_file_reloads_total")
-                      .Help("Token file reads after start-up (SIGHUP or a change on disk), by "
-                            "result (ok; error: the previous table stays)")
-                      .Register(registry);
-  reloads_ok_ = &reloads.Add({{"result", "ok"}});
-  reloads_error_ = &reloads.Add({{"result", "error"}});
-}
+                           .Register(registry)),
+      reloads_family_(prometheus::BuildCounter()
+                          .Name("turbokv_auth_token_file_reloads_total")
+                          .Help("Token file reads after start-up (SIGHUP or a change on disk), "
+                                "by result (ok; error: the previous table stays)")
+                          .Register(registry)) {}
 
 absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(
     const AuthOptions& options, prometheus::Registry& registry) {
@@ -142,7 +136,7 @@ absl::Status Authenticator::Reload() {
     return ParseTokenTable(*text);
   }();
   if (!table.ok()) {
-    reloads_error_->Increment();
+    reloads_family_.Add({{"result", "error"}}).Increment();
     {
       std::lock_guard<std::mutex> l(mu_);
       file_stamp_ = stamp;  // not retried until the file changes again
@@ -157,7 +151,7 @@ absl::Status Authenticator::Reload() {
     table_ = next;
     file_stamp_ = stamp;
   }
-  reloads_ok_->Increment();
+  reloads_family_.Add({{"result", "ok"}}).Increment();
   spdlog::info("token file {} reloaded: {} tokens, {} certificate identities, {} quotas",
                options_.token_file, next->tokens.size(), next->certs.size(), next->quotas.size());
   return absl::OkStatus();
@@ -192,7 +186,7 @@ uint64_t Authenticator::QuotaBytes(std::string_view tenant) const {
 
 absl::Status Authenticator::Refuse(AuthFailure reason, absl::Status status,
                                    const grpc::ServerContextBase& ctx, std::string_view method) {
-  failures_[static_cast<int>(reason)]->Increment();
+  failures_family_.Add({{"reason", AuthFailureName(reason)}}).Increment();
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count();

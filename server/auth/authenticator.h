@@ -84,10 +84,10 @@ class Authenticator {
   void WatchLoop();
 
   const AuthOptions options_;
+  // Children appear with their first event (an idle server exports no zeros);
+  // Family::Add is thread-safe and returns the existing child.
   prometheus::Family<prometheus::Counter>& failures_family_;
-  std::array<prometheus::Counter*, kNumAuthFailures> failures_{};
-  prometheus::Counter* reloads_ok_ = nullptr;
-  prometheus::Counter* reloads_error_ = nullptr;
+  prometheus::Family<prometheus::Counter>& reloads_family_;
 
   mutable std::mutex mu_;  // guards table_ and file_stamp_
   std::shared_ptr<const TokenTable> table_;
