@@ -107,6 +107,40 @@ def test_tls_round_trip_and_refusals(tmp_path, pki):
         s.stop()
 
 
+def test_renewed_certificate_is_picked_up_without_restart(tmp_path, pki):
+    """The certificate files are watched (--cert-refresh-seconds): replacing them, as
+    cert-manager does, changes what new connections get."""
+    import shutil
+    from turbokv.errors import TurboKVError
+    cert, key = str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")
+    shutil.copy(pki.server_cert, cert)
+    shutil.copy(pki.server_key, key)
+    s = _server(tmp_path, "renew", "--tls-cert", cert, "--tls-key", key,
+                "--cert-refresh-seconds", "1")
+    try:
+        with _client(s.address, ca_file=pki.ca) as c:
+            c.stats()
+        # Renewed by another CA: a client trusting only that CA connects once the watcher
+        # has read the new files.
+        new_cert, new_key = pki._leaf("server-renewed", "localhost",
+                                      "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+                                      pki.rogue_ca, pki.rogue_ca_key)
+        for src, dst in ((new_key, key), (new_cert, cert)):
+            shutil.copy(src, dst + ".tmp")
+            os.replace(dst + ".tmp", dst)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with _client(s.address, ca_file=pki.rogue_ca) as c:
+                    c.stats(timeout=2)
+                break
+            except TurboKVError:
+                assert time.monotonic() < deadline, "renewed certificate not served"
+                time.sleep(0.2)
+    finally:
+        s.stop()
+
+
 def test_mutual_tls(tmp_path, pki):
     import grpc
     from turbokv import Security
