@@ -171,7 +171,7 @@ def load(args):
     ids = np.asarray(model.tokenizer.encode(text), dtype=np.int64)
     log("model %r loaded, %d text tokens from %s (%.1fs)" % (model, ids.size, args.text,
                                                              time.time() - t0))
-    rows = quantizers.all_rows()
+    rows = quantizers.all_rows() + (quantizers.study_rows() if args.rows else [])
     if args.quick and not args.rows:
         args.rows = QUICK_ROWS
     if args.rows:
