@@ -130,11 +130,15 @@ def raw_rows_mse(q: np.ndarray, err: np.ndarray, group: int) -> float:
     return float(np.sum(np.where(mask, s ** 2, 0.0)) / (mask.sum() * s.shape[0] * s.shape[1]))
 
 
+MEAN_BLOCK = BLOCK  # tokens per stored key mean (--mean-block)
+
+
 def block_means(k: np.ndarray) -> np.ndarray:
     T, H, D = k.shape
-    nb = T // BLOCK
-    mub = k[:nb * BLOCK].reshape(nb, BLOCK, H, D).mean(1, keepdims=True)
-    return np.broadcast_to(mub, (nb, BLOCK, H, D)).reshape(nb * BLOCK, H, D)
+    b = MEAN_BLOCK
+    nb = T // b
+    mub = k[:nb * b].reshape(nb, b, H, D).mean(1, keepdims=True)
+    return np.broadcast_to(mub, (nb, b, H, D)).reshape(nb * b, H, D)
 
 
 def model_report(args) -> dict:
@@ -205,8 +209,12 @@ def main(argv=None) -> int:
     ap.add_argument("--first-window", type=int, default=0, help="of run.py's 33 all_kv windows")
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--rows", default="k4v4-g32,turbo4 (k4v4-g64)")
+    ap.add_argument("--mean-block", type=int, default=BLOCK,
+                    help="tokens per centring mean (16: a 16-token block; 256: LMCache's chunk)")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
+    global MEAN_BLOCK
+    MEAN_BLOCK = args.mean_block
     rep = fixture_report(args.fixture) if args.fixture else model_report(args)
     text = json.dumps(rep, indent=1)
     if args.out:
