@@ -390,8 +390,16 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     std::fill(results.begin(), results.end(), nf);
     return results;
   }
-  AcquireKeys(l, locked);
   const int64_t now = clock_->NowSeconds();
+  l.unlock();
+  if (absl::Status room = CheckDiskRoom(blocks, now); !room.ok()) {
+    for (absl::Status& r : results) {
+      if (r.ok()) r = room;
+    }
+    return results;
+  }
+  l.lock();
+  AcquireKeys(l, locked);
   std::vector<size_t> accepted;
   std::vector<IndexEntry> victims;
   uint64_t reserved = 0;  // net growth reserved for this call
@@ -804,16 +812,45 @@ void BlockStore::CreateReserve() {
   if (statvfs(options_.data_dir.c_str(), &fs) != 0) return;
   const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
   const uint64_t disk_bytes = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
-  // At most 1/16 of the filesystem, and only with room to spare: the reserve must not be what
+  // At most 1/8 of the filesystem, and only with room to spare: the reserve must not be what
   // fills the disk.
-  const uint64_t reserve = std::min(options_.disk_reserve_bytes, disk_bytes / 16);
-  if (reserve == 0 || free_bytes < 4 * reserve) return;
+  const uint64_t reserve = std::min(options_.disk_reserve_bytes, disk_bytes / 8);
+  if (reserve == 0 || free_bytes < 4 * reserve + 2 * format::WriteBufferBytes(options_)) return;
   const int fd = ::open(ReservePath().c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0) return;
   const int rc = posix_fallocate(fd, 0, static_cast<off_t>(reserve));
   if (rc == 0) (void)fsync(fd);
   ::close(fd);
   if (rc != 0) std::filesystem::remove(ReservePath(), ec);
+}
+
+uint64_t BlockStore::FreeDiskBytes() const {
+  struct statvfs fs {};
+  if (statvfs(options_.data_dir.c_str(), &fs) != 0) return UINT64_MAX;
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+}
+
+absl::Status BlockStore::CheckDiskRoom(absl::Span<const BlockWrite> blocks, int64_t now) {
+  // A write RocksDB cannot append to its WAL stops all writes until it is resumed (and Debian's
+  // RocksDB 7.8 can abort on the retry): stop puts while the filesystem still has room for
+  // RocksDB's flushes, releasing the reserve first. Room for the value twice: in the WAL now,
+  // in a blob file at the flush.
+  uint64_t incoming = 0;
+  for (const BlockWrite& b : blocks) incoming += 2 * b.value.size();
+  const uint64_t headroom = 2 * format::WriteBufferBytes(options_) + incoming;
+  uint64_t free_bytes = FreeDiskBytes();
+  if (free_bytes >= headroom) return absl::OkStatus();
+  ReleaseReserve();
+  free_bytes = FreeDiskBytes();
+  if (free_bytes >= headroom) return absl::OkStatus();
+  absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
+      "the data directory's filesystem has ", free_bytes, " bytes free; puts stop below ",
+      headroom, " so RocksDB can still flush (free disk space, or lower --capacity)"));
+  if (refused_log_.Due(now)) {
+    spdlog::warn("put refused (RESOURCE_EXHAUSTED, {} since the last such line): {}",
+                 refused_log_.TakeCount(), std::string(full.message()));
+  }
+  return full;
 }
 
 void BlockStore::TryResume() {

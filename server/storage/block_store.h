@@ -207,6 +207,9 @@ class BlockStore {
   // file when it is still short of space; re-creates the reserve once there is room again.
   void TryResume();
   void MeasureDisk();  // disk_bytes_ and disk_overhead_bytes_
+  uint64_t FreeDiskBytes() const;
+  // ResourceExhausted when the filesystem is too full to take `blocks` and still flush.
+  absl::Status CheckDiskRoom(absl::Span<const BlockWrite> blocks, int64_t now);
   std::string ReservePath() const;
   void ReleaseReserve();
   void CreateReserve();

@@ -40,7 +40,7 @@ struct StorageOptions {
   uint64_t min_blob_size = 4096;
   // Bytes preallocated in <data_dir>/RESERVE and released when the disk fills (so RocksDB can
   // resume and take deletions) and before every open (so replaying the WAL on a nearly full
-  // disk succeeds); at most 1/16 of the filesystem, taken again once the disk has 4x the
+  // disk succeeds); at most 1/8 of the filesystem, taken again once the disk has 4x the
   // reserve free. 0 disables it. Default: 64 MiB.
   uint64_t disk_reserve_bytes = uint64_t{64} << 20;
   // Period of the maintenance pass (TTL expiry, persisting batched access times), in

@@ -7,14 +7,9 @@
 
 namespace turbokv::server::format {
 
-namespace {
-// Memtable of the blocks column family: 1/16 of the capacity within [1 MiB, 64 MiB], so the
-// WAL and memtables (counted against the capacity, BlockStore::MeasureDisk) stay a small part
-// of a small store's budget.
 uint64_t WriteBufferBytes(const StorageOptions& options) {
   return std::clamp<uint64_t>(options.capacity_bytes / 16, uint64_t{1} << 20, uint64_t{64} << 20);
 }
-}  // namespace
 
 rocksdb::DBOptions DbOptions(const StorageOptions& options) {
   rocksdb::DBOptions db_options;

@@ -69,6 +69,11 @@ inline std::string EncodeAccess(int64_t last_access) {
   return v;
 }
 
+// Memtable of the blocks column family: 1/16 of the capacity within [1 MiB, 64 MiB], so the
+// WAL and memtables (counted against the capacity, BlockStore::MeasureDisk) stay a small part
+// of a small store's budget.
+uint64_t WriteBufferBytes(const StorageOptions& options);
+
 // The RocksDB options every open of the data directory uses (paranoid checks on; the repair
 // path turns them off for its first look at a damaged directory).
 rocksdb::DBOptions DbOptions(const StorageOptions& options);
