@@ -248,6 +248,7 @@ void PutBlocksReactor::StartBlock(v1::PutBlocksRequest& req) {
                                                   " must be ENCODING_RAW or ENCODING_PACKED"));
     }
   }
+  if (s.ok()) s = CheckQuota();
   if (!s.ok()) {
     skip_hash_ = hash;
     AddResult(hash, s);
@@ -261,6 +262,26 @@ void PutBlocksReactor::StartBlock(v1::PutBlocksRequest& req) {
   pending_.push_back(b);
   current_ = b;
   AppendChunk(req);
+}
+
+absl::Status PutBlocksReactor::CheckQuota() {
+  if (ctx_->auth == nullptr) return absl::OkStatus();
+  const uint64_t quota = ctx_->auth->QuotaBytes(caller_.tenant);
+  if (quota == 0) return absl::OkStatus();
+  // What the tenant stores now plus what this stream has accepted and not committed yet plus
+  // this block: the check the stream's start made, repeated per block, so that one stream
+  // cannot overshoot by its own size. (Overwrites are counted as new bytes: conservative.)
+  const uint64_t block = ns_->codec.packed_bytes();
+  uint64_t in_flight = committing_blocks_ * block;
+  for (const BlockPtr& p : pending_) {
+    if (!p->failed) in_flight += block;
+  }
+  const uint64_t stored = ctx_->registry->TenantStoredBytes(caller_.tenant);
+  if (stored + in_flight + block <= quota) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "this tenant stores ", stored, " bytes (", in_flight,
+      " more in this stream), another block of ", block, " bytes is over its quota of ", quota,
+      " bytes: delete blocks or drop namespaces first (or let them expire)"));
 }
 
 void PutBlocksReactor::AppendChunk(v1::PutBlocksRequest& req) {
@@ -485,6 +506,7 @@ void PutBlocksReactor::MaybeCommit() {
   }
   if (batch.empty()) return;
   committing_ = true;
+  committing_blocks_ = batch.size();
   ++tasks_;
   const bool queued = ctx_->io_pool->Submit(
       [self = Ref(this), batch] { self->CommitTask(batch); },
@@ -493,11 +515,13 @@ void PutBlocksReactor::MaybeCommit() {
         self->ctx_->metrics->RecordInternalFailure();
         for (const BlockPtr& b : batch) self->FailBlock(b, status);
         self->committing_ = false;
+        self->committing_blocks_ = 0;
         --self->tasks_;
         self->Settle(l);
       });
   if (!queued) {
     committing_ = false;
+    committing_blocks_ = 0;
     --tasks_;
     for (const BlockPtr& b : batch) FailBlock(b, PoolFull(*ctx_->io_pool));
   }
@@ -529,6 +553,7 @@ void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks) {
     std::string().swap(b->data);
   }
   committing_ = false;
+  committing_blocks_ = 0;
   --tasks_;
   Settle(l);
 }

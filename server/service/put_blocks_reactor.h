@@ -25,8 +25,8 @@
 // an encoding other than RAW/PACKED, block_bytes that is not the namespace's raw/packed size,
 // chunks out of order or overrunning the block, a block cut short by the next block or by the
 // end of the stream (INVALID_ARGUMENT; the block is not stored), a malformed packed block
-// (INVALID_ARGUMENT or DATA_LOSS), no room (RESOURCE_EXHAUSTED), a full worker queue
-// (RESOURCE_EXHAUSTED). The RPC fails only when the stream as a whole is unusable: unknown
+// (INVALID_ARGUMENT or DATA_LOSS), no room (RESOURCE_EXHAUSTED), a block that would take the
+// tenant past its quota (RESOURCE_EXHAUSTED), a full worker queue (RESOURCE_EXHAUSTED). The RPC fails only when the stream as a whole is unusable: unknown
 // namespace (NOT_FOUND), namespace_id changing within the stream (INVALID_ARGUMENT), no
 // in-flight budget (RESOURCE_EXHAUSTED), shutdown (UNAVAILABLE), a bug caught by the exception
 // barrier (INTERNAL). Blocks of a failed RPC may have been stored but are not acknowledged.
@@ -75,6 +75,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   // All below require mu_ unless noted.
   void HandleMessage(v1::PutBlocksRequest& req);
   void StartBlock(v1::PutBlocksRequest& req);
+  // RESOURCE_EXHAUSTED when this block would take the caller's tenant past its byte quota.
+  [[nodiscard]] absl::Status CheckQuota();
   void AppendChunk(v1::PutBlocksRequest& req);
   void FeedSections(const BlockPtr& b, std::string data);
   void SpawnEncode(const BlockPtr& b, std::shared_ptr<const std::string> data, size_t offset,
@@ -121,6 +123,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   ByteBudget::Ticket ticket_ = 0;  // waiting for budget
   int tasks_ = 0;                  // pool tasks in flight (encode, validate, commit)
   bool committing_ = false;
+  uint64_t committing_blocks_ = 0;  // blocks of the commit in flight (counted by CheckQuota)
   bool read_pending_ = false;
   bool paused_ = false;
   bool reading_done_ = false;

@@ -187,9 +187,11 @@ grpc::ServerUnaryReactor* TurboKvService::Stats(grpc::CallbackServerContext* con
     response->set_codec_backend(ctx_->backend.name);
     response->set_durability(std::string(DurabilityName(ctx_->store->options().durability)));
     response->set_version(version_);
-    response->set_evicted_blocks(s.evicted_blocks);
-    response->set_checksum_failures(s.checksum_failures);
     if (caller.admin) {
+      // Server-wide activity counters: a tenant's view leaves them at 0, since evictions and
+      // checksum failures of other tenants' blocks would tell it about their traffic.
+      response->set_evicted_blocks(s.evicted_blocks);
+      response->set_checksum_failures(s.checksum_failures);
       response->set_capacity_bytes(s.capacity_bytes);
       response->set_used_bytes(s.used_bytes);
       response->set_stored_bytes(s.value_bytes);

@@ -383,17 +383,83 @@ def test_tenant_quota(tmp_path):
         ns_b = b.register_namespace(model="m", preset="raw", **SHAPE).namespace_id
         assert a.stats().capacity_bytes == quota
         a.put_blocks(ns_a, _hashes(4, b"a"), _blocks(4))
-        a.put_blocks(ns_a, _hashes(4, b"b"), _blocks(4))  # starts under the quota
+        # The second stream starts under the quota and stores only the blocks that fit.
+        codes = [r.code for r in a.put_blocks(ns_a, _hashes(4, b"b"), _blocks(4))]
+        assert codes == [StatusCode.OK] * 2 + [StatusCode.RESOURCE_EXHAUSTED] * 2
+        # Other tenants are not limited by tenant-a's quota; deleting makes room again.
+        b.put_blocks(ns_b, _hashes(12, b"d"), _blocks(12))
+        assert a.delete_blocks(ns_a, _hashes(4, b"b")) == 2
+        assert [r.code for r in a.put_blocks(ns_a, _hashes(1, b"c"), _blocks(1))] == [
+            StatusCode.OK]
+        # A quota lowered under what the tenant stores (token file re-read on SIGHUP): its
+        # next stream is refused as a whole, naming both numbers.
+        _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A),
+                                          "token %s tenant-b" % token_digest(TOKEN_B),
+                                          "quota tenant-a 32KiB"])
+        s.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while a.stats().capacity_bytes != 32 * 1024:
+            assert time.monotonic() < deadline, "lowered quota not read"
+            time.sleep(0.05)
         with pytest.raises(TurboKVError) as e:
             a.put_blocks(ns_a, _hashes(4, b"c"), _blocks(4))
         assert e.value.code == StatusCode.RESOURCE_EXHAUSTED
-        assert "quota is %d bytes" % quota in e.value.details
-        # Other tenants are not limited by tenant-a's quota; deleting makes room again.
-        b.put_blocks(ns_b, _hashes(12, b"d"), _blocks(12))
-        assert a.delete_blocks(ns_a, _hashes(4, b"b")) == 4
-        a.put_blocks(ns_a, _hashes(1, b"c"), _blocks(1))
+        assert "quota is %d bytes" % (32 * 1024) in e.value.details
         a.close()
         b.close()
+    finally:
+        s.stop()
+
+
+def test_quota_holds_within_one_stream(tmp_path):
+    """One PutBlocks stream whose blocks together pass the quota: each block is checked as it
+    starts, so the stream stores what fits and the rest get RESOURCE_EXHAUSTED results."""
+    from turbokv.errors import StatusCode
+    quota = 100 * 1024
+    path = _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A),
+                                             "quota tenant-a %d" % quota])
+    s = _server(tmp_path, "quota-stream", "--token-file", path)
+    try:
+        with _client(s.address, token=TOKEN_A) as a:
+            info = a.register_namespace(model="m", preset="raw", **SHAPE)
+            block = info.packed_block_bytes
+            fits = quota // block
+            assert 1 < fits < 12
+            results = a.put_blocks(info.namespace_id, _hashes(12), _blocks(12))  # one stream
+            codes = [r.code for r in results]
+            assert codes == [StatusCode.OK] * fits + [StatusCode.RESOURCE_EXHAUSTED] * (12 - fits)
+            assert "quota of %d bytes" % quota in results[fits].message
+            st = a.stats()
+            assert st.blocks == fits and st.used_bytes == fits * block <= quota
+            assert a.lookup(info.namespace_id, _hashes(12)).matched_blocks == fits
+    finally:
+        s.stop()
+
+
+def test_tenant_stats_hide_server_wide_counters(tmp_path):
+    """Evictions count every tenant's blocks: a tenant's Stats shows 0, the admin the count."""
+    path = _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A),
+                                             "token %s tenant-b" % token_digest(TOKEN_B),
+                                             "token %s ops admin" % token_digest(TOKEN_ADMIN)])
+    s = _server(tmp_path, "stats-leak", "--token-file", path, "--capacity", "512KiB")
+    try:
+        a = _client(s.address, token=TOKEN_A)
+        b = _client(s.address, token=TOKEN_B)
+        ops = _client(s.address, token=TOKEN_ADMIN)
+        ns_a = a.register_namespace(model="m", preset="raw", **SHAPE).namespace_id
+        b.register_namespace(model="m", preset="raw", **SHAPE)
+        for i in range(8):  # 1 MiB of raw blocks into 512 KiB: tenant-a's puts evict
+            a.put_blocks(ns_a, _hashes(8, b"e%d" % i), _blocks(8, seed=i))
+        deadline = time.monotonic() + 20
+        while ops.stats().evicted_blocks == 0:
+            assert time.monotonic() < deadline, "nothing evicted"
+            time.sleep(0.1)
+        for tenant in (a, b):
+            st = tenant.stats()
+            assert st.evicted_blocks == 0 and st.checksum_failures == 0
+        assert b.stats().blocks == 0 and ops.stats().evicted_blocks > 0
+        for c in (a, b, ops):
+            c.close()
     finally:
         s.stop()
 

@@ -171,7 +171,8 @@ class NamespaceStats:
 @dataclasses.dataclass(frozen=True)
 class ServerStats:
     """Result of :meth:`Client.stats` (units: bytes, blocks; counters since the server
-    started: ``evicted_blocks``, ``checksum_failures``).
+    started: ``evicted_blocks``, ``checksum_failures``; server-wide, so 0 for a caller that is
+    not admin on a server with authentication).
 
     ``capacity_bytes`` is the hard budget of stored bytes, ``used_bytes`` the stored bytes
     (values and keys), ``logical_bytes`` the raw bytes the stored blocks represent;
