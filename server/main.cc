@@ -148,7 +148,8 @@ int main(int argc, char** argv) {
       "without such a certificate are refused")
       ->check(CLI::ExistingFile);
   add("--cert-refresh-seconds", auth.cert_refresh_seconds,
-      "How often the certificate files are re-read (renewed certificates need no restart)")
+      "How often the certificate files are checked for changes (renewed certificates need no "
+      "restart); SIGHUP re-reads them at once")
       ->check(CLI::Range(1, 86400));
   add("--token-file", auth.token_file,
       "Bearer tokens (as SHA-256), client-certificate identities, their tenants, roles and "
@@ -250,7 +251,8 @@ int main(int argc, char** argv) {
   for (;;) {
     sigwait(&signals, &signal);
     if (signal != SIGHUP) break;
-    // SIGHUP: re-read the token file (an error keeps the previous tokens and is logged).
+    // SIGHUP: re-read the token file and the certificates (an error keeps the previous ones
+    // and is logged).
     if (absl::Status s = (*server)->ReloadCredentials(); !s.ok()) continue;
   }
   spdlog::info("received {}, shutting down (grace {} ms)", signal == SIGTERM ? "SIGTERM" : "SIGINT",

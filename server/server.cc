@@ -112,8 +112,12 @@ void WarnAboutSecurity(const ServerOptions& options) {
 Server::Server() = default;
 
 absl::Status Server::ReloadCredentials() {
-  if (auth_ == nullptr) return absl::OkStatus();
-  return auth_->Reload();
+  absl::Status s = auth_ != nullptr ? auth_->Reload() : absl::OkStatus();
+  if (tls_ != nullptr) {
+    absl::Status t = tls_->Reload();
+    if (s.ok()) s = t;
+  }
+  return s;
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
@@ -171,8 +175,11 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
       std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes,
                                 backend.cpu_name);
   TURBOKV_ASSIGN_OR_RETURN(auth_, Authenticator::Create(options.auth, *prometheus_));
-  TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                           BuildServerCredentials(options.auth));
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (options.auth.tls()) {
+    TURBOKV_ASSIGN_OR_RETURN(tls_, TlsCredentials::Create(options.auth, auth_.get(), *prometheus_));
+    credentials = tls_->credentials();
+  }
   WarnAboutSecurity(options);
   backend.AttachMetrics(metrics_.get());  // EncodeBlocks / DecodeBlocks record the codec metrics
   metrics_->UpdateStore(recovered, store_->GetDbStats());
@@ -292,6 +299,7 @@ void Server::Shutdown() {
     health_server_->Shutdown(std::chrono::system_clock::now());
     health_server_.reset();
   }
+  tls_.reset();
   exposer_.reset();
   auth_.reset();
   budget_.reset();

@@ -25,6 +25,7 @@ class Registry;
 namespace turbokv::server {
 
 class Authenticator;
+class TlsCredentials;
 class BlockStore;
 class ByteBudget;
 class CodecPool;
@@ -50,8 +51,8 @@ class Server {
   // (then are cancelled), then the pool drains and the store is flushed and closed. Idempotent.
   void Shutdown();
 
-  // Re-reads the token file now (SIGHUP). Certificates are re-read by gRPC's file watcher.
-  // On error the previous tokens stay and the error is returned.
+  // Re-reads the token file and the TLS certificate files now (SIGHUP). On error the previous
+  // tokens (or certificates) stay and the first error is returned.
   [[nodiscard]] absl::Status ReloadCredentials();
 
   int port() const { return port_; }
@@ -79,6 +80,7 @@ class Server {
   std::shared_ptr<prometheus::Registry> prometheus_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<TlsCredentials> tls_;  // null for a plaintext port
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<ProcessMetrics> process_metrics_;
   std::unique_ptr<ServiceContext> context_;

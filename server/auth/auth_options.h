@@ -11,8 +11,8 @@ namespace turbokv::server {
 
 struct AuthOptions {
   // PEM server certificate chain and private key of the gRPC port. Both or neither; when set
-  // the port speaks TLS only. gRPC's FileWatcherCertificateProvider re-reads them (and the
-  // client CA) every cert_refresh_seconds, so a renewed certificate (cert-manager) is picked up
+  // the port speaks TLS only. Re-read (with the client CA) on SIGHUP and when they change on
+  // disk (server/auth/tls_credentials.h), so a renewed certificate (cert-manager) is picked up
   // without a restart. Default: "" (plaintext).
   std::string tls_cert;
   std::string tls_key;

@@ -62,6 +62,10 @@ const char* AuthFailureName(AuthFailure reason) {
       return "unknown_certificate";
     case AuthFailure::kNotLoopback:
       return "not_loopback";
+    case AuthFailure::kTlsNoClientCert:
+      return "tls_no_client_cert";
+    case AuthFailure::kTlsClientCert:
+      return "tls_client_cert";
   }
   return "unknown";
 }
@@ -88,9 +92,10 @@ Authenticator::Authenticator(const AuthOptions& options, prometheus::Registry& r
     : options_(options),
       failures_family_(prometheus::BuildCounter()
                            .Name("turbokv_auth_failures_total")
-                           .Help("TurboKV calls refused by authentication, by reason "
-                                 "(missing_credentials, invalid_token, unknown_certificate, "
-                                 "not_loopback)")
+                           .Help("TurboKV calls and TLS handshakes refused by "
+                                 "authentication, by reason (missing_credentials, "
+                                 "invalid_token, unknown_certificate, not_loopback, "
+                                 "tls_no_client_cert, tls_client_cert)")
                            .Register(registry)),
       reloads_family_(prometheus::BuildCounter()
                           .Name("turbokv_auth_token_file_reloads_total")
@@ -186,6 +191,15 @@ uint64_t Authenticator::QuotaBytes(std::string_view tenant) const {
 
 absl::Status Authenticator::Refuse(AuthFailure reason, absl::Status status,
                                    const grpc::ServerContextBase& ctx, std::string_view method) {
+  Audit(reason, absl::StrCat(std::string(method), " from ", ctx.peer()), "");
+  return status;
+}
+
+void Authenticator::RecordHandshakeFailure(AuthFailure reason, std::string_view detail) {
+  Audit(reason, "TLS handshake", detail);
+}
+
+void Authenticator::Audit(AuthFailure reason, const std::string& what, std::string_view detail) {
   failures_family_.Add({{"reason", AuthFailureName(reason)}}).Increment();
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::steady_clock::now().time_since_epoch())
@@ -199,16 +213,15 @@ absl::Status Authenticator::Refuse(AuthFailure reason, absl::Status status,
     }
     if (audit_lines_ >= kAuditLinesPerSecond) {
       ++audit_suppressed_;
-      return status;
+      return;
     }
     ++audit_lines_;
     suppressed = std::exchange(audit_suppressed_, 0);
   }
-  spdlog::warn("audit: refused {} from {}: {}{}", std::string(method), ctx.peer(),
-               AuthFailureName(reason),
+  spdlog::warn("audit: refused {}: {}{}{}", what, AuthFailureName(reason),
+               detail.empty() ? std::string() : absl::StrCat(" (", std::string(detail), ")"),
                suppressed == 0 ? std::string()
                                : absl::StrCat(" (", suppressed, " earlier refusals not logged)"));
-  return status;
 }
 
 absl::StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContextBase& context,

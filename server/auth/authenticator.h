@@ -47,8 +47,11 @@ enum class AuthFailure {
   kInvalidToken,        // a bearer token that is not in the token file (or malformed)
   kUnknownCertificate,  // a verified client certificate the token file does not name
   kNotLoopback,         // protected mode: a remote peer, no authentication configured
+  // Refused TLS handshakes (mutual TLS, server/auth/tls_credentials.h):
+  kTlsNoClientCert,  // the client presented no certificate
+  kTlsClientCert,    // its certificate does not verify against --tls-client-ca
 };
-inline constexpr int kNumAuthFailures = 4;
+inline constexpr int kNumAuthFailures = 6;
 const char* AuthFailureName(AuthFailure reason);  // "missing_credentials", ...
 
 // True for loopback peers in gRPC's peer() spelling: "ipv4:127.x.x.x:port",
@@ -69,6 +72,12 @@ class Authenticator {
   [[nodiscard]] absl::StatusOr<Principal> Authenticate(const grpc::ServerContextBase& context,
                                                        std::string_view method);
 
+  // A TLS handshake refused for `reason` (kTlsNoClientCert, kTlsClientCert): counted and
+  // audit-logged like a refused call ("audit: refused TLS handshake: <reason> (<detail>)").
+  // `detail` must be the server's own words (OpenSSL's reason, a fingerprint), never text
+  // the client sent.
+  void RecordHandshakeFailure(AuthFailure reason, std::string_view detail);
+
   // Re-reads the token file now (no-op without one). On error the previous table stays.
   [[nodiscard]] absl::Status Reload();
 
@@ -81,6 +90,8 @@ class Authenticator {
   Authenticator(const AuthOptions& options, prometheus::Registry& registry);
   absl::Status Refuse(AuthFailure reason, absl::Status status, const grpc::ServerContextBase& ctx,
                       std::string_view method);
+  // Counts `reason`; logs `what` + reason + `detail` unless over the audit-line rate.
+  void Audit(AuthFailure reason, const std::string& what, std::string_view detail);
   void WatchLoop();
 
   const AuthOptions options_;

@@ -148,20 +148,103 @@ def test_mutual_tls(tmp_path, pki):
     good_cert, good_key = pki.client("client-a")
     rogue_cert, rogue_key = pki.client("client-a", rogue=True)
     s = _server(tmp_path, "mtls", "--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
-                "--tls-client-ca", pki.ca)
+                "--tls-client-ca", pki.ca, metrics=True)
     try:
         with _client(s.address, ca_file=pki.ca, cert_file=good_cert, key_file=good_key) as c:
             ns = c.register_namespace(model="m", preset="raw", **SHAPE).namespace_id
             c.put_blocks(ns, _hashes(1), _blocks(1))
             assert c.lookup(ns, _hashes(1)).matched_blocks == 1
         # No client certificate, and one signed by a CA the server does not trust: the
-        # handshake fails, no call reaches the service.
+        # handshake fails, no call reaches the service; each refusal is counted and logged.
         for sec in (Security(ca_file=pki.ca),
                     Security(ca_file=pki.ca, cert_file=rogue_cert, key_file=rogue_key)):
             ch, stub = _stub(s.address, sec)
             code, _ = _refused(lambda: stub.Stats(pb.StatsRequest(), timeout=5))
             assert code == grpc.StatusCode.UNAVAILABLE
             ch.close()
+        metrics = _scrape(s)
+        assert _sample(metrics, 'turbokv_auth_failures_total{reason="tls_no_client_cert"}') >= 1
+        assert _sample(metrics, 'turbokv_auth_failures_total{reason="tls_client_cert"}') >= 1
+        log = s.log()
+        assert "audit: refused TLS handshake: tls_no_client_cert" in log, log
+        assert ("audit: refused TLS handshake: tls_client_cert (unable to get local issuer "
+                "certificate; certificate sha256 %s)" % _fingerprint(rogue_cert)) in log, log
+        # The good client still gets through, and was never counted.
+        with _client(s.address, ca_file=pki.ca, cert_file=good_cert, key_file=good_key) as c:
+            assert c.lookup(ns, _hashes(1)).matched_blocks == 1
+        assert _sample(_scrape(s), 'turbokv_auth_failures_total{reason="tls_client_cert"}') == \
+            _sample(metrics, 'turbokv_auth_failures_total{reason="tls_client_cert"}')
+    finally:
+        s.stop()
+
+
+def _scrape(s):
+    return urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.metrics_port,
+                                  timeout=10).read().decode()
+
+
+def _fingerprint(cert_path):
+    import hashlib
+    import ssl
+    with open(cert_path) as f:
+        return hashlib.sha256(ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()
+
+
+def test_sighup_reloads_certificates_and_client_ca(tmp_path, pki):
+    """SIGHUP re-reads the server certificate, key and client CA at once (the change-on-disk
+    check is an hour away here): new connections get the new certificate, client
+    certificates of the new CA are accepted and those of the old one refused. A reload whose
+    files do not match keeps what is served."""
+    import shutil
+    from turbokv.errors import TurboKVError
+    cert, key, ca = (str(tmp_path / n) for n in ("tls.crt", "tls.key", "ca.crt"))
+    for src, dst in ((pki.server_cert, cert), (pki.server_key, key), (pki.ca, ca)):
+        shutil.copy(src, dst)
+    old_client = pki.client("rotating-old")
+    new_client = pki.client("rotating-new", rogue=True)
+    s = _server(tmp_path, "sighup", "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", ca,
+                "--cert-refresh-seconds", "3600", metrics=True)
+
+    def client(trust, pair):
+        return _client(s.address, ca_file=trust, cert_file=pair[0], key_file=pair[1])
+    try:
+        with client(pki.ca, old_client) as c:
+            c.stats()
+        # Rotate everything to the other CA, then SIGHUP.
+        new_cert, new_key = pki._leaf("server-rotated", "localhost",
+                                      "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+                                      pki.rogue_ca, pki.rogue_ca_key)
+        for src, dst in ((new_key, key), (new_cert, cert), (pki.rogue_ca, ca)):
+            shutil.copy(src, dst + ".tmp")
+            os.replace(dst + ".tmp", dst)
+        s.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with client(pki.rogue_ca, new_client) as c:
+                    c.stats(timeout=2)
+                break
+            except TurboKVError:
+                assert time.monotonic() < deadline, "rotated certificates not served after SIGHUP"
+                time.sleep(0.2)
+        for trust in (pki.ca, pki.rogue_ca):  # old server cert gone; old client CA refused
+            with pytest.raises(TurboKVError):
+                with client(trust, old_client) as c:
+                    c.stats(timeout=2)
+        metrics = _scrape(s)
+        assert _sample(metrics, 'turbokv_auth_cert_reloads_total{result="ok"}') == 1
+        assert _sample(metrics, 'turbokv_auth_failures_total{reason="tls_client_cert"}') >= 1
+        # A key that is not the certificate's: nothing changes, the error is logged.
+        shutil.copy(pki.server_key, key)
+        s.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while 'turbokv_auth_cert_reloads_total{result="error"}' not in _scrape(s):
+            assert time.monotonic() < deadline, "failed reload not counted"
+            time.sleep(0.1)
+        time.sleep(1.5)  # longer than gRPC's poll of what is served
+        with client(pki.rogue_ca, new_client) as c:
+            c.stats(timeout=2)
+        assert "TLS certificates not reloaded, the previous ones stay" in s.log()
     finally:
         s.stop()
 
