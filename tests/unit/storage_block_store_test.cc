@@ -12,53 +12,35 @@
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "server/storage/block_store.h"
+#include "storage_store_fixture.h"
 #include "storage_test_util.h"
 
 namespace turbokv::server {
 namespace {
 
-using testing::FakeClock;
 using testing::HashOf;
 using testing::MakeValue;
 using testing::TempDir;
-using testing::VerifyTrailer;
 
 constexpr uint64_t kNs = 0x0123456789abcdefULL;
 constexpr uint64_t kNs2 = 0xfedcba9876543210ULL;
 constexpr size_t kValueBytes = 10000;
 
-class BlockStoreTest : public ::testing::Test {
+class BlockStoreTest : public testing::StoreFixture {
  protected:
+  BlockStoreTest() : StoreFixture(42) {}
   StorageOptions Options(uint64_t capacity = uint64_t{1} << 30) const {
-    StorageOptions o;
-    o.data_dir = dir_.path();
+    StorageOptions o = StoreFixture::Options();
     o.capacity_bytes = capacity;
-    o.maintenance_interval_ms = 0;
     return o;
   }
   std::unique_ptr<BlockStore> Open(const StorageOptions& o) {
-    auto s = BlockStore::Open(o, VerifyTrailer, &clock_);
+    auto s = OpenStore(o);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
   }
   static void Register(BlockStore& s, uint64_t id, uint32_t ttl = 0) {
-    NamespaceRecord r;
-    r.id = id;
-    r.descriptor = "descriptor of " + std::to_string(id);
-    r.ttl_seconds = ttl;
-    r.logical_block_bytes = 4 * kValueBytes;
-    ASSERT_TRUE(s.PutNamespace(r).ok());
-  }
-  static absl::Status Put(BlockStore& s, uint64_t ns, const std::string& hash,
-                          const std::string& value) {
-    BlockStore::BlockWrite w{hash, value};
-    return s.PutBlocks(ns, absl::MakeConstSpan(&w, 1))[0];
-  }
-  static std::optional<std::string> Get(BlockStore& s, uint64_t ns, const std::string& hash) {
-    std::string_view h = hash;
-    auto r = s.GetBlocks(ns, absl::MakeConstSpan(&h, 1));
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? (*r)[0] : std::nullopt;
+    PutNamespace(s, id, ttl, 4 * kValueBytes);
   }
   static size_t Lookup(BlockStore& s, uint64_t ns, const std::vector<std::string>& chain,
                        uint32_t lease = 0) {
@@ -79,10 +61,6 @@ class BlockStoreTest : public ::testing::Test {
     EXPECT_TRUE(Put(*s, kNs, HashOf(0), MakeValue(kValueBytes, rng_)).ok());
     return s->Stats().used_bytes;
   }
-
-  TempDir dir_;
-  FakeClock clock_;
-  std::mt19937_64 rng_{42};
 };
 
 TEST_F(BlockStoreTest, PutGetLookupDelete) {

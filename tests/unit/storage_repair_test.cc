@@ -16,16 +16,14 @@
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/table_properties.h"
 #include "server/storage/block_store.h"
+#include "storage_store_fixture.h"
 #include "storage_test_util.h"
 
 namespace turbokv::server {
 namespace {
 
-using testing::FakeClock;
 using testing::HashOf;
 using testing::MakeValue;
-using testing::TempDir;
-using testing::VerifyTrailer;
 
 constexpr uint64_t kNs = 0x0123456789abcdefULL;
 constexpr size_t kBlobValueBytes = 10000;  // above min_blob_size: in blob files
@@ -73,32 +71,20 @@ void Damage(const std::string& path, int n = 4) {
   }
 }
 
-class RepairTest : public ::testing::Test {
+class RepairTest : public testing::StoreFixture {
  protected:
-  StorageOptions Options() const {
-    StorageOptions o;
-    o.data_dir = dir_.path();
-    o.maintenance_interval_ms = 0;
-    return o;
-  }
-  absl::StatusOr<std::unique_ptr<BlockStore>> Open() {
-    return BlockStore::Open(Options(), VerifyTrailer, &clock_);
-  }
+  RepairTest() : StoreFixture(7) {}
+  absl::StatusOr<std::unique_ptr<BlockStore>> Open() { return OpenStore(Options()); }
 
   // Stores `blob` blocks in blob files and `inline_blocks` small ones, then closes the store
   // (memtables flushed: everything is in SST and blob files).
   void Fill(int blob, int inline_blocks) {
     auto s = Open();
     ASSERT_TRUE(s.ok()) << s.status();
-    NamespaceRecord r;
-    r.id = kNs;
-    r.descriptor = "descriptor";
-    ASSERT_TRUE((*s)->PutNamespace(r).ok());
+    PutNamespace(**s, kNs);
     for (int i = 0; i < blob + inline_blocks; ++i) {
       values_[i] = MakeValue(i < blob ? kBlobValueBytes : kInlineValueBytes, rng_);
-      const std::string h = HashOf(i);
-      BlockStore::BlockWrite w{h, values_[i]};
-      ASSERT_TRUE((*s)->PutBlocks(kNs, absl::MakeConstSpan(&w, 1))[0].ok());
+      ASSERT_TRUE(Put(**s, kNs, HashOf(i), values_[i]).ok());
     }
   }
 
@@ -122,9 +108,6 @@ class RepairTest : public ::testing::Test {
     return served;
   }
 
-  TempDir dir_;
-  FakeClock clock_;
-  std::mt19937_64 rng_{7};
   std::map<int, std::string> values_;
 };
 
