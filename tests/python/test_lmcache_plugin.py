@@ -12,6 +12,10 @@ grpcio, protobuf, numpy and torch as they were. The KV is real: SmolLM2-135M's K
   bit-exactly; existence checks are true for the 4 stored keys only.
 * preset k4v4-g32: the same, K and V within the codec's MSE bounds, stored bytes ~3.5x fewer.
 * server gone: a new instance sees no hit and retrieves nothing, without an error.
+* TLS + token: the plugin's tls_ca / tls_cert / tls_key / token_file keys against a server with
+  mutual TLS and a token file (openssl-made certificates, tests/python/pki.py): the chunks are
+  stored under the token's tenant and come back bit-exactly; a wrong token and a CA that does
+  not sign the server's certificate cost misses, store nothing, and say why in the log.
 
 Skipped, saying why, without the LMCache venv or the server binary. ~3 min (LMCache's import
 takes ~20 s per process on 2 cores).
@@ -25,7 +29,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, REPO, require_stubs
+from conftest import FIXTURES, REPO, ServerProcess, find_server_binary, require_stubs
+from pki import Pki, token_digest
 
 pytestmark = pytest.mark.integration
 
@@ -81,8 +86,8 @@ def _kv_paths():
     return kv, tok
 
 
-def _config(tmp_path, address, preset):
-    path = tmp_path / ("lmcache-%s.yaml" % preset)
+def _config(tmp_path, address, preset, extra=None, name=None):
+    path = tmp_path / ("lmcache-%s.yaml" % (name or preset))
     path.write_text("\n".join([
         "chunk_size: %d" % CHUNK,
         "local_cpu: true",
@@ -95,8 +100,9 @@ def _config(tmp_path, address, preset):
         "  remote_storage_plugin.turbokv.class_name: TurboKVConnectorAdapter",
         '  remote_storage_plugin.turbokv.server: "%s"' % address,
         '  remote_storage_plugin.turbokv.preset: "%s"' % preset,
-        "  remote_storage_plugin.turbokv.timeout_seconds: 5",
-        ""]))
+        "  remote_storage_plugin.turbokv.timeout_seconds: 5"] +
+        ['  remote_storage_plugin.turbokv.%s: "%s"' % kv for kv in sorted((extra or {}).items())] +
+        [""]))
     return str(path)
 
 
@@ -112,6 +118,7 @@ def _drive(py, mode, config, tmp_path, tag):
     with open(out) as f:
         got = json.load(f)
     assert got["connector"] == "TurboKVConnector"
+    got["log"] = p.stdout + p.stderr
     return got, (np.load(out + ".npy") if mode == "retrieve" else None)
 
 
@@ -177,3 +184,66 @@ def test_unreachable_server_from_the_start_costs_misses(lmcache_py, tmp_path):
     assert stored["counters"]["puts"] == 0 and stored["counters"]["put_failures"] == 4
     got, kv_back = _drive(lmcache_py, "retrieve", config, tmp_path, "unreachable")
     assert got["hit_tokens"] == 0 and got["retrieved"] == 0 and not kv_back.any()
+
+
+TOKEN = "lmcache-tenant-token-0123456789"
+
+
+def test_tls_and_token(lmcache_py, tmp_path):
+    """LMCache through the plugin to a server with mutual TLS and bearer tokens."""
+    from turbokv import Client, Security
+    binary = find_server_binary()
+    if binary is None:
+        pytest.skip("turbokv-server binary not found")
+    pki = Pki(str(tmp_path / "pki"))
+    cert, key = pki.client("lmcache-worker")
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token %s tenant-lmc\ntoken %s ops admin\n"
+                      % (token_digest(TOKEN), token_digest(TOKEN + "-ops")))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    wrong_token = tmp_path / "wrong-token"
+    wrong_token.write_text("not-" + TOKEN + "\n")
+    server = ServerProcess(binary, str(tmp_path / "data"), str(tmp_path / "server.log"),
+                           extra_args=["--tls-cert", pki.server_cert, "--tls-key",
+                                       pki.server_key, "--tls-client-ca", pki.ca,
+                                       "--token-file", str(tokens)]).start()
+    tls = dict(tls_ca=pki.ca, tls_cert=cert, tls_key=key)
+    try:
+        good = _config(tmp_path, server.address, "raw", dict(tls, token_file=str(token_file)),
+                       name="tls-good")
+        stored, _ = _drive(lmcache_py, "store", good, tmp_path, "tls-good")
+        assert stored["counters"]["puts"] == 4 and stored["counters"]["put_failures"] == 0
+        got, kv_back = _drive(lmcache_py, "retrieve", good, tmp_path, "tls-good")
+        assert got["hit_tokens"] == 64 and got["retrieved"] == 64
+        assert got["exists_stored"] == [True] * 4 and got["counters"]["failures"] == 0
+        ref = np.load(_kv_paths()[0])
+        assert kv_back.tobytes() == ref.tobytes()
+        sec = Security(ca_file=pki.ca, cert_file=cert, key_file=key, token=TOKEN + "-ops")
+        with Client(server.address, timeout=30.0, security=sec) as ops:
+            ns = ops.stats().namespaces
+        assert [(n.tenant, n.blocks) for n in ns] == [("tenant-lmc", 4)]
+
+        # Refused: a token the server does not know (the TLS is fine), and a CA that did not
+        # sign the server's certificate (no connection). Misses, nothing stored, the reason in
+        # the log.
+        for name, extra, want in (
+                ("tls-wrong-token", dict(tls, token_file=str(wrong_token)),
+                 "the bearer token is not valid"),
+                ("tls-wrong-ca", dict(tls, tls_ca=pki.rogue_ca, token_file=str(token_file)),
+                 "UNAVAILABLE")):
+            config = _config(tmp_path, server.address, "raw", extra, name=name)
+            stored, _ = _drive(lmcache_py, "store", config, tmp_path, name)
+            assert stored["counters"]["puts"] == 0, name
+            assert stored["counters"]["put_failures"] == 4, name
+            assert "turbokv unreachable or failing" in stored["log"], stored["log"][-3000:]
+            assert want in stored["log"], (name, stored["log"][-3000:])
+            assert TOKEN not in stored["log"]
+            got, kv_out = _drive(lmcache_py, "retrieve", config, tmp_path, name)
+            assert got["hit_tokens"] == 0 and got["retrieved"] == 0, name
+            assert got["exists_stored"] == [False] * 4 and not kv_out.any(), name
+        with Client(server.address, timeout=30.0, security=sec) as ops:
+            assert [(n.tenant, n.blocks) for n in ops.stats().namespaces] == [("tenant-lmc", 4)]
+        assert "audit: refused" in server.log() and "invalid_token" in server.log()
+    finally:
+        server.stop()
