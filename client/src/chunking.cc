@@ -89,6 +89,20 @@ absl::Status BlockAssembler::AddChunk(uint32_t index, uint64_t block_bytes, uint
 }
 
 absl::Status BlockAssembler::AddChunk(uint32_t index, uint64_t block_bytes, uint64_t offset,
+                                      absl::Span<const absl::string_view> pieces,
+                                      uint64_t size) {
+  if (absl::Status st = Check(index, block_bytes, offset, size); !st.ok()) return st;
+  Slot& s = slots_[index];
+  if (s.state == State::kPending) {
+    s.block_bytes = block_bytes;
+    s.data.reserve(block_bytes);
+  }
+  for (absl::string_view p : pieces) s.data.append(p.data(), p.size());
+  s.state = s.data.size() == block_bytes ? State::kDone : State::kPartial;
+  return absl::OkStatus();
+}
+
+absl::Status BlockAssembler::AddChunk(uint32_t index, uint64_t block_bytes, uint64_t offset,
                                       std::string&& data) {
   if (index < slots_.size() && slots_[index].state == State::kPending &&
       data.size() == block_bytes) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace turbokv::client::internal {
 
@@ -43,6 +44,10 @@ class BlockAssembler {
   [[nodiscard]] absl::Status AddMissing(uint32_t index);
   [[nodiscard]] absl::Status AddChunk(uint32_t index, uint64_t block_bytes, uint64_t offset,
                                       absl::string_view data);
+  // Same, for a chunk given as pieces of `size` bytes in total (WireChunk::data): each piece
+  // is appended to the block once, without an intermediate copy.
+  [[nodiscard]] absl::Status AddChunk(uint32_t index, uint64_t block_bytes, uint64_t offset,
+                                      absl::Span<const absl::string_view> pieces, uint64_t size);
   // Same, taking ownership of `data` (avoids a copy for a single-chunk block).
   [[nodiscard]] absl::Status AddChunk(uint32_t index, uint64_t block_bytes, uint64_t offset,
                                       std::string&& data);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "chunking.h"
 #include "convert.h"
+#include "wire_format.h"
 #include "turbokv/codec/status_macros.h"
 #include "turbokv/v1/turbokv.grpc.pb.h"
 
@@ -152,6 +153,12 @@ struct Client::Impl {
   std::string authorization;  // "Bearer <token>", or empty
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::TurboKV::Stub> stub;
+  // GetBlocks read as raw byte buffers (wire_format.h): chunks are parsed from gRPC's receive
+  // slices and appended to their blocks without a copy into a message first.
+  std::unique_ptr<grpc::internal::RpcMethod> get_blocks_raw;
+  // PutBlocks written as raw byte buffers: a chunk is copied once, from the caller's block
+  // into the outgoing slice (a protobuf message would copy it twice).
+  std::unique_ptr<grpc::internal::RpcMethod> put_blocks_raw;
 
   absl::Time Deadline(const CallOptions& call) const {
     return absl::Now() + (call.timeout > absl::ZeroDuration() ? call.timeout : options.timeout);
@@ -216,6 +223,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   if (!token.empty()) impl->authorization = "Bearer " + token;
   impl->channel = grpc::CreateCustomChannel(target, credentials, args);
   impl->stub = v1::TurboKV::NewStub(impl->channel);
+  impl->get_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
+      "/turbokv.v1.TurboKV/GetBlocks", grpc::internal::RpcMethod::SERVER_STREAMING,
+      impl->channel);
+  impl->put_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
+      "/turbokv.v1.TurboKV/PutBlocks", grpc::internal::RpcMethod::CLIENT_STREAMING,
+      impl->channel);
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -249,9 +262,10 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
   v1::PutBlocksResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
     resp.Clear();
-    std::unique_ptr<grpc::ClientWriter<v1::PutBlocksRequest>> writer =
-        impl_->stub->PutBlocks(ctx, &resp);
-    v1::PutBlocksRequest req;
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            impl_->channel.get(), *impl_->put_blocks_raw, ctx, &resp));
+    v1::PutBlocksRequest req;  // every field but data
     req.set_namespace_id(namespace_id);
     req.set_encoding(static_cast<v1::Encoding>(encoding));
     bool open = true;
@@ -262,9 +276,11 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
       for (const internal::ChunkRange& c :
            internal::SplitIntoChunks(block.size(), impl_->options.max_chunk_bytes)) {
         req.set_offset(c.offset);
-        req.set_data(reinterpret_cast<const char*>(block.data()) + c.offset, c.size);
         // A failed write means the stream is broken; Finish() reports why.
-        if (!writer->Write(req)) {
+        if (!writer->Write(internal::SerializeWithData(
+                req, /*data_field=*/6,
+                absl::string_view(reinterpret_cast<const char*>(block.data()) + c.offset,
+                                  c.size)))) {
           open = false;
           break;
         }
@@ -324,31 +340,46 @@ absl::StatusOr<GetBlocksResult> Client::GetBlocks(uint64_t namespace_id,
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
     internal::BlockAssembler assembler(hashes.size());
     result.dtype = DType::kUnspecified;
-    std::unique_ptr<grpc::ClientReader<v1::GetBlocksResponse>> reader =
-        impl_->stub->GetBlocks(ctx, req);
-    v1::GetBlocksResponse resp;
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            impl_->channel.get(), *impl_->get_blocks_raw, ctx, req));
+    grpc::ByteBuffer message;
+    std::vector<grpc::Slice> slices;
+    std::vector<absl::string_view> pieces;
+    internal::WireChunk resp;
     absl::Status stream_error;
-    while (stream_error.ok() && reader->Read(&resp)) {
-      if (!resp.found()) {
-        stream_error = assembler.AddMissing(resp.index());
+    while (stream_error.ok() && reader->Read(&message)) {
+      slices.clear();
+      if (!message.Dump(&slices).ok()) {
+        stream_error = absl::DataLossError("GetBlocks response could not be read");
+        break;
+      }
+      pieces.clear();
+      for (const grpc::Slice& sl : slices) {
+        pieces.emplace_back(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      }
+      stream_error = internal::ParseGetBlocksResponse(pieces, &resp);
+      if (!stream_error.ok()) break;
+      if (!resp.found) {
+        stream_error = assembler.AddMissing(resp.index);
         continue;
       }
-      if (resp.encoding() != static_cast<v1::Encoding>(get.encoding)) {
+      if (resp.encoding != static_cast<int>(get.encoding)) {
         stream_error = absl::DataLossError(
-            absl::StrCat("GetBlocks block ", resp.index(), " came in encoding ", resp.encoding(),
+            absl::StrCat("GetBlocks block ", resp.index, " came in encoding ", resp.encoding,
                          ", requested ", static_cast<int>(get.encoding)));
         break;
       }
       if (get.encoding == Encoding::kRaw) {
-        const auto dtype = static_cast<DType>(resp.dtype());
+        const auto dtype = static_cast<DType>(resp.dtype);
         if (result.dtype == DType::kUnspecified) result.dtype = dtype;
         if (dtype != result.dtype) {
           stream_error = absl::DataLossError("GetBlocks returned blocks of different dtypes");
           break;
         }
       }
-      stream_error = assembler.AddChunk(resp.index(), resp.block_bytes(), resp.offset(),
-                                        std::move(*resp.mutable_data()));
+      stream_error = assembler.AddChunk(resp.index, resp.block_bytes, resp.offset, resp.data,
+                                        resp.data_size);
     }
     if (!stream_error.ok()) {
       ctx->TryCancel();

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "server/service/wire_response.h"
 
 namespace turbokv::server {
 namespace {
@@ -21,23 +22,26 @@ constexpr size_t kRefillBytes = size_t{8} << 20;
 }  // namespace
 
 struct GetBlocksReactor::Batch {
-  std::vector<v1::GetBlocksResponse> messages;  // in request order
-  std::vector<std::string> values;              // RAW: the packed blocks being decoded
-  size_t next_message = 0;                      // first one not handed to the writer
-  int decodes = 0;                              // decode tasks in flight
+  struct Message {
+    v1::GetBlocksResponse fields;  // all but `data`
+    Payload data;
+  };
+  std::vector<Message> messages;    // in request order
+  std::vector<std::string> values;  // RAW: the packed blocks being decoded
+  size_t next_message = 0;          // first one not handed to the writer
+  int decodes = 0;                  // decode tasks in flight
 };
 
 GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                                   const v1::GetBlocksRequest* request, Principal caller)
+                                   const grpc::ByteBuffer* request, Principal caller)
     : ctx_(ctx),
       caller_(std::move(caller)),
-      request_(request),
       scope_(ctx, RpcMethod::kGetBlocks),
       deadline_(context->deadline()) {
   absl::Status s = ctx_->shutting_down.load()
                        ? ShuttingDown()
-                       : Guarded(ctx_, "GetBlocks Prepare", [this] { return Prepare(); });
-  if (!s.ok() || request_->block_hashes().empty()) {
+                       : Guarded(ctx_, "GetBlocks Prepare", [&] { return Prepare(request); });
+  if (!s.ok() || request_.block_hashes().empty()) {
     finished_ = true;
     Finish(scope_.Complete(s));
     return;
@@ -46,44 +50,48 @@ GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
   Pump(l);
 }
 
-absl::Status GetBlocksReactor::Prepare() {
+absl::Status GetBlocksReactor::Prepare(const grpc::ByteBuffer* request) {
+  grpc::ByteBuffer wire(*request);  // shares the slices; Deserialize consumes its argument
+  if (!grpc::SerializationTraits<v1::GetBlocksRequest>::Deserialize(&wire, &request_).ok()) {
+    return absl::InvalidArgumentError("the request is not a GetBlocksRequest");
+  }
   absl::StatusOr<std::shared_ptr<const Namespace>> ns =
-      ctx_->registry->Get(request_->namespace_id(), caller_);
+      ctx_->registry->Get(request_.namespace_id(), caller_);
   if (!ns.ok()) return ns.status();
   ns_ = *std::move(ns);
-  if (absl::Status s = CheckHashCount(*ctx_, request_->block_hashes_size()); !s.ok()) return s;
-  for (int i = 0; i < request_->block_hashes_size(); ++i) {
-    absl::Status s = ValidateBlockHash(request_->block_hashes(i));
+  if (absl::Status s = CheckHashCount(*ctx_, request_.block_hashes_size()); !s.ok()) return s;
+  for (int i = 0; i < request_.block_hashes_size(); ++i) {
+    absl::Status s = ValidateBlockHash(request_.block_hashes(i));
     if (!s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("block_hashes[", i, "]: ", s.message()));
     }
   }
-  encoding_ = request_->encoding();
+  encoding_ = request_.encoding();
   if (encoding_ == v1::ENCODING_PACKED) return absl::OkStatus();
   if (encoding_ != v1::ENCODING_RAW) {
     return absl::InvalidArgumentError("encoding must be ENCODING_RAW or ENCODING_PACKED");
   }
-  switch (request_->dtype()) {
+  switch (request_.dtype()) {
     case v1::DTYPE_UNSPECIFIED:
       out_dtype_ = ns_->codec.shape().dtype;
       break;
     case v1::DTYPE_FP16:
     case v1::DTYPE_BF16:
     case v1::DTYPE_FP32:
-      out_dtype_ = static_cast<codec::DType>(request_->dtype());
+      out_dtype_ = static_cast<codec::DType>(request_.dtype());
       break;
     default:
       return absl::InvalidArgumentError(
-          absl::StrCat("dtype ", static_cast<int>(request_->dtype()), " is not a known DType"));
+          absl::StrCat("dtype ", static_cast<int>(request_.dtype()), " is not a known DType"));
   }
   const uint32_t layers = static_cast<uint32_t>(ns_->codec.shape().num_layers);
-  const uint32_t end = request_->layer_end() == 0 ? layers : request_->layer_end();
-  if (end > layers || request_->layer_begin() >= end) {
+  const uint32_t end = request_.layer_end() == 0 ? layers : request_.layer_end();
+  if (end > layers || request_.layer_begin() >= end) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "layer range [", request_->layer_begin(), ", ", request_->layer_end(),
+        "layer range [", request_.layer_begin(), ", ", request_.layer_end(),
         ") is not within the namespace's ", layers, " layers (layer_end 0 = num_layers)"));
   }
-  range_.begin = static_cast<int>(request_->layer_begin());
+  range_.begin = static_cast<int>(request_.layer_begin());
   range_.end = static_cast<int>(end);
   absl::StatusOr<size_t> bytes = ns_->codec.DecodedBytes(out_dtype_, range_);
   if (!bytes.ok()) return bytes.status();
@@ -104,7 +112,9 @@ void GetBlocksReactor::Fail(const absl::Status& status) {
 void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
   auto batch = std::make_shared<Batch>();
   struct Job {
-    size_t block, first_message, messages;
+    size_t block;
+    uint32_t index;
+    char* out;
     int layer_begin, layer_end;
   };
   std::vector<Job> jobs;
@@ -114,66 +124,63 @@ void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
   if (!Abandoned()) {
     std::vector<std::string_view> hashes;
     hashes.reserve(count);
-    for (size_t i = begin; i < begin + count; ++i) hashes.push_back(request_->block_hashes(i));
+    for (size_t i = begin; i < begin + count; ++i) hashes.push_back(request_.block_hashes(i));
     absl::StatusOr<std::vector<std::optional<std::string>>> values =
         ctx_->store->GetBlocks(ns_->id, hashes);
     if (!values.ok()) error = values.status();
     for (size_t j = 0; error.ok() && j < count; ++j) {
       const auto index = static_cast<uint32_t>(begin + j);
       std::optional<std::string>& value = (*values)[j];
-      auto header = [&](uint64_t block_bytes, uint64_t offset) {
-        v1::GetBlocksResponse& m = batch->messages.emplace_back();
-        m.set_index(index);
-        m.set_block_hash(request_->block_hashes(index));
-        m.set_found(true);
-        m.set_encoding(encoding_);
-        if (encoding_ == v1::ENCODING_RAW) m.set_dtype(static_cast<v1::DType>(out_dtype_));
-        m.set_block_bytes(block_bytes);
-        m.set_offset(offset);
-        return &m;
+      // One message: `size` bytes of `owner` at `at`, at byte `offset` of the block.
+      auto chunk = [&](uint64_t block_bytes, uint64_t offset,
+                       const std::shared_ptr<const void>& owner, const char* at, size_t size) {
+        Batch::Message& m = batch->messages.emplace_back();
+        m.fields.set_index(index);
+        m.fields.set_block_hash(request_.block_hashes(index));
+        m.fields.set_found(true);
+        m.fields.set_encoding(encoding_);
+        if (encoding_ == v1::ENCODING_RAW) {
+          m.fields.set_dtype(static_cast<v1::DType>(out_dtype_));
+        }
+        m.fields.set_block_bytes(block_bytes);
+        m.fields.set_offset(offset);
+        m.data = Payload{owner, at, size};
       };
       if (!value.has_value()) {
-        v1::GetBlocksResponse& m = batch->messages.emplace_back();
-        m.set_index(index);
-        m.set_block_hash(request_->block_hashes(index));
-        m.set_found(false);
+        Batch::Message& m = batch->messages.emplace_back();
+        m.fields.set_index(index);
+        m.fields.set_block_hash(request_.block_hashes(index));
+        m.fields.set_found(false);
         continue;
       }
       ++found;
       if (encoding_ == v1::ENCODING_PACKED) {
         bytes += value->size();
-        if (value->size() <= kMaxResponseChunkBytes) {
-          header(value->size(), 0)->set_data(std::move(*value));  // no copy
-          continue;
-        }
-        for (size_t off = 0; off < value->size(); off += kMaxResponseChunkBytes) {
-          header(value->size(), off)
-              ->set_data(value->data() + off, std::min(kMaxResponseChunkBytes, value->size() - off));
+        const auto owner = std::make_shared<const std::string>(std::move(*value));  // no copy
+        for (size_t off = 0; off < owner->size() || off == 0; off += kMaxResponseChunkBytes) {
+          chunk(owner->size(), off, owner, owner->data() + off,
+                std::min(kMaxResponseChunkBytes, owner->size() - off));
         }
         continue;
       }
-      // RAW: whole layers per message; a layer over 1 MiB spreads over several messages.
+      // RAW: the block decodes into one buffer that is never zero-filled (every byte of it is
+      // written by a decode task before any message is sent); whole layers per message, a
+      // layer over 1 MiB spreads over several messages.
       const size_t block = batch->values.size();
       batch->values.push_back(std::move(*value));
       bytes += decoded_bytes_;
+      const std::shared_ptr<char[]> decoded(new char[decoded_bytes_]);
       const int per_message =
           static_cast<int>(std::max<size_t>(1, kMaxResponseChunkBytes / layer_bytes_));
       for (int l = range_.begin; l < range_.end; l += per_message) {
         const int l_end = std::min(range_.end, l + per_message);
-        const uint64_t offset = static_cast<uint64_t>(l - range_.begin) * layer_bytes_;
-        const size_t first = batch->messages.size();
-        if (layer_bytes_ <= kMaxResponseChunkBytes) {
-          header(decoded_bytes_, offset)
-              ->mutable_data()
-              ->resize(static_cast<size_t>(l_end - l) * layer_bytes_);
-        } else {
-          for (size_t off = 0; off < layer_bytes_; off += kMaxResponseChunkBytes) {
-            header(decoded_bytes_, offset + off)
-                ->mutable_data()
-                ->resize(std::min(kMaxResponseChunkBytes, layer_bytes_ - off));
-          }
+        const size_t offset = static_cast<size_t>(l - range_.begin) * layer_bytes_;
+        const size_t size = static_cast<size_t>(l_end - l) * layer_bytes_;
+        for (size_t off = 0; off < size; off += kMaxResponseChunkBytes) {
+          chunk(decoded_bytes_, offset + off, decoded, decoded.get() + offset + off,
+                std::min(kMaxResponseChunkBytes, size - off));
         }
-        jobs.push_back({block, first, batch->messages.size() - first, l, l_end});
+        jobs.push_back({block, index, decoded.get() + offset, l, l_end});
       }
     }
   }
@@ -198,8 +205,7 @@ void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
       ++batch->decodes;
       const bool queued = ctx_->pool->Submit(
           [self = Ref(this), batch, j] {
-            self->DecodeTask(batch, j.block, j.first_message, j.messages, j.layer_begin,
-                             j.layer_end);
+            self->DecodeTask(batch, j.block, j.index, j.out, j.layer_begin, j.layer_end);
           },
           [self = Ref(this), batch](const absl::Status& status) {
             std::unique_lock<std::mutex> l2(self->mu_);
@@ -221,8 +227,7 @@ void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
 }
 
 void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t block,
-                                  size_t first_message, size_t messages, int layer_begin,
-                                  int layer_end) {
+                                  uint32_t index, char* out, int layer_begin, int layer_end) {
   absl::Status s;
   if (!Abandoned()) {
     // DecodeBlocks records the codec metrics under the backend that ran.
@@ -230,26 +235,12 @@ void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t bl
     const absl::Span<const uint8_t> packed(reinterpret_cast<const uint8_t*>(value.data()),
                                            value.size());
     const codec::LayerRange range{layer_begin, layer_end};
-    std::string* out = batch->messages[first_message].mutable_data();
-    if (messages == 1) {
-      s = DecodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&packed, 1), out_dtype_,
-                       range,
-                       {absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(out->data()), out->size())})[0];
-    } else {
-      std::string layer(layer_bytes_, '\0');
-      s = DecodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&packed, 1), out_dtype_,
-                       range,
-                       {absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(layer.data()), layer.size())})[0];
-      size_t off = 0;
-      for (size_t k = 0; k < messages && s.ok(); ++k) {
-        std::string* d = batch->messages[first_message + k].mutable_data();
-        std::memcpy(d->data(), layer.data() + off, d->size());
-        off += d->size();
-      }
-    }
+    const absl::Span<uint8_t> dst(reinterpret_cast<uint8_t*>(out),
+                                  static_cast<size_t>(layer_end - layer_begin) * layer_bytes_);
+    s = DecodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&packed, 1), out_dtype_,
+                     range, {dst})[0];
     if (!s.ok()) {
-      s = absl::InternalError(absl::StrCat("block ",
-                                           batch->messages[first_message].index(),
+      s = absl::InternalError(absl::StrCat("block ", index,
                                            " passed its checksum but does not decode: ",
                                            std::string(s.message())));
     }
@@ -275,7 +266,7 @@ void GetBlocksReactor::OnBudget(const absl::Status& status) {
 }
 
 void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
-  const size_t total = static_cast<size_t>(request_->block_hashes_size());
+  const size_t total = static_cast<size_t>(request_.block_hashes_size());
   const bool stop = !error_.ok() || Abandoned();
   bool start_write = false;
   bool start_fetch = false;
@@ -288,8 +279,10 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
     }
     if (!batches_.empty() && batches_.front()->decodes == 0) {
       Batch& b = *batches_.front();
-      current_ = std::move(b.messages[b.next_message++]);
-      current_bytes_ = current_.data().size();
+      Batch::Message& m = b.messages[b.next_message++];
+      current_ = SerializeGetBlocksResponse(m.fields, m.data);
+      current_bytes_ = m.data.size;
+      m.data = Payload{};  // the slice in current_ keeps the bytes until gRPC has sent them
       writing_ = true;
       start_write = true;
     }

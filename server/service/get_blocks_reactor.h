@@ -2,10 +2,15 @@
 // message per chunk (<= 1 MiB) or per missing block, in request order, fetching the next batch
 // while the current one is written.
 //
-// PACKED: a stored block of at most 1 MiB is moved into its message (no copy); larger ones
-// are cut into 1 MiB chunks. RAW: every message carries whole layers (or a part of one layer
-// over 1 MiB), and each message is decoded straight into its payload by its own task on the
-// codec pool, so the layers of a large block decode in parallel.
+// The request arrives and the responses leave as gRPC byte buffers (the raw callback method):
+// a message's `data` is a slice over the stored value or the decode buffer (wire_response.h),
+// so no payload byte is copied or zero-filled between RocksDB and the socket.
+//
+// PACKED: a stored block is moved out of RocksDB's read buffer and sent in chunks of at most
+// 1 MiB that point into it. RAW: a block is decoded into one uninitialized buffer; every
+// message carries whole layers of it (or a part of one layer over 1 MiB), and each message's
+// layers are decoded by their own task on the codec pool, so the layers of a large block
+// decode in parallel.
 //
 // Memory: each batch takes its bytes from the server-wide in-flight budget before it is read
 // and gives each message's bytes back once it is written; a call that cannot get budget
@@ -38,12 +43,13 @@ inline constexpr size_t kMaxResponseChunkBytes = size_t{1} << 20;
 
 // Owned by gRPC and by its pending pool tasks and budget callback (reactor_ref.h): deleted
 // when OnDone and the last of them have let go.
-class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResponse>,
+class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                                public RefCountedReactor {
  public:
-  // `caller`: the authenticated caller (namespaces of other tenants are unknown to it).
+  // `request`: a serialized GetBlocksRequest. `caller`: the authenticated caller (namespaces
+  // of other tenants are unknown to it).
   GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                   const v1::GetBlocksRequest* request, Principal caller);
+                   const grpc::ByteBuffer* request, Principal caller);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -54,10 +60,12 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
 
   struct Batch;
 
-  [[nodiscard]] absl::Status Prepare();
+  [[nodiscard]] absl::Status Prepare(const grpc::ByteBuffer* request);
   void Fetch(size_t begin, size_t count, uint64_t reserved);  // on the I/O pool
-  void DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, size_t first_message,
-                  size_t messages, int layer_begin, int layer_end);  // on the codec pool
+  // Decodes layers [layer_begin, layer_end) of batch->values[block] (request index `index`)
+  // into `out`, which has room for exactly those layers.
+  void DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, uint32_t index, char* out,
+                  int layer_begin, int layer_end);  // on the codec pool
   void OnBudget(const absl::Status& status);
   bool Abandoned() const;
   // Starts the next write, schedules a fetch, or finishes. Requires mu_ (held by l); unlocks.
@@ -66,7 +74,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
 
   ServiceContext* const ctx_;
   const Principal caller_;
-  const v1::GetBlocksRequest* const request_;
+  v1::GetBlocksRequest request_;  // parsed in Prepare, then read-only
   RpcScope scope_;
   const std::chrono::system_clock::time_point deadline_;
   std::shared_ptr<const Namespace> ns_;
@@ -79,7 +87,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
 
   std::mutex mu_;
   std::deque<std::shared_ptr<Batch>> batches_;  // fetched, in request order
-  v1::GetBlocksResponse current_;
+  grpc::ByteBuffer current_;
   uint64_t current_bytes_ = 0;  // budget bytes of the message being written
   uint64_t held_bytes_ = 0;     // budget bytes held (batches not yet written)
   uint64_t to_release_ = 0;

@@ -139,11 +139,11 @@ grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* co
                });
 }
 
-grpc::ServerWriteReactor<v1::GetBlocksResponse>* TurboKvService::GetBlocks(
-    grpc::CallbackServerContext* context, const v1::GetBlocksRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TurboKvService::GetBlocks(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   absl::StatusOr<Principal> caller = Authenticate(*ctx_, *context, RpcMethod::kGetBlocks);
   if (!caller.ok()) {
-    return new RefusedReactor<grpc::ServerWriteReactor<v1::GetBlocksResponse>>(
+    return new RefusedReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>(
         ctx_, RpcMethod::kGetBlocks, caller.status());
   }
   return new GetBlocksReactor(ctx_, context, request, *std::move(caller));

@@ -13,7 +13,15 @@
 
 namespace turbokv::server {
 
-class TurboKvService final : public v1::TurboKV::CallbackService {
+// GetBlocks is a raw callback method: it reads the request and writes its responses as byte
+// buffers, so payloads go out without a copy (get_blocks_reactor.h).
+using TurboKvServiceBase = v1::TurboKV::WithCallbackMethod_RegisterNamespace<
+    v1::TurboKV::WithCallbackMethod_PutBlocks<v1::TurboKV::WithCallbackMethod_Lookup<
+        v1::TurboKV::WithRawCallbackMethod_GetBlocks<v1::TurboKV::WithCallbackMethod_DeleteBlocks<
+            v1::TurboKV::WithCallbackMethod_DropNamespace<
+                v1::TurboKV::WithCallbackMethod_Stats<v1::TurboKV::Service>>>>>>>;
+
+class TurboKvService final : public TurboKvServiceBase {
  public:
   // `ctx` must outlive the service. `version` is reported by Stats.
   TurboKvService(ServiceContext* ctx, std::string version);
@@ -26,8 +34,9 @@ class TurboKvService final : public v1::TurboKV::CallbackService {
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
                                    const v1::LookupRequest* request,
                                    v1::LookupResponse* response) override;
-  grpc::ServerWriteReactor<v1::GetBlocksResponse>* GetBlocks(
-      grpc::CallbackServerContext* context, const v1::GetBlocksRequest* request) override;
+  // `request`: a serialized GetBlocksRequest; the responses are serialized GetBlocksResponses.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBlocks(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* DeleteBlocks(grpc::CallbackServerContext* context,
                                          const v1::DeleteBlocksRequest* request,
                                          v1::DeleteBlocksResponse* response) override;

@@ -3,6 +3,7 @@ if(TARGET turbokv_client AND TARGET turbokv_cli_lib)
   add_executable(client_unit_tests
       ${CMAKE_SOURCE_DIR}/tests/unit/client_prefix_hasher_test.cc
       ${CMAKE_SOURCE_DIR}/tests/unit/client_chunking_test.cc
+      ${CMAKE_SOURCE_DIR}/tests/unit/client_wire_format_test.cc
       ${CMAKE_SOURCE_DIR}/tests/unit/client_fake_server_test.cc
       ${CMAKE_SOURCE_DIR}/tests/unit/client_npy_test.cc
       ${CMAKE_SOURCE_DIR}/tests/unit/client_kv_layout_test.cc)
