@@ -13,13 +13,20 @@
 //      turbokv GetBlocks RAW / PACKED, Redis pipelined GETs; repeated for --seconds.
 // lookup: turbokv only: a 1,000-block chain stored, Lookup of the whole chain repeated.
 // Logical GB/s counts raw (fp16) block bytes in both systems, so PACKED moves fewer real bytes.
+// CPU: the client's own CPU seconds (user + system) over the timed part, and with
+// --server-pid the server's (from /proc/PID/stat): CPU per operation stays comparable when the
+// machine is shared and wall-clock figures swing with its load.
 #include <hiredis/hiredis.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -49,7 +56,35 @@ struct Args {
   double seconds = 3;
   std::string preset = "k4v4-g32";
   std::string tag;
+  int server_pid = 0;
 };
+
+// CPU seconds (user + system) of this process.
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// CPU seconds (user + system) of process `pid` from /proc; 0 when unreadable.
+double ProcessCpuSeconds(int pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  for (int i = 3; fields >> f; ++i) {  // field 3 is the state; 14 utime, 15 stime
+    if (i == 14) utime = std::stod(f);
+    if (i == 15) {
+      stime = std::stod(f);
+      break;
+    }
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 uint16_t FloatToHalf(float f) {
   uint32_t x;
@@ -169,6 +204,7 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", a.seconds);
   app.add_option("--preset", a.preset);
   app.add_option("--tag", a.tag, "distinguishes the keys of runs");
+  app.add_option("--server-pid", a.server_pid, "report this process's CPU over the timed part");
   CLI11_PARSE(app, argc, argv);
 
   tc::NamespaceDescriptor d;
@@ -258,6 +294,8 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> lat(a.concurrency);
   const absl::Time end = absl::Now() + absl::Seconds(a.seconds);
   const absl::Time start = absl::Now();
+  const double client_cpu0 = SelfCpuSeconds();
+  const double server_cpu0 = ProcessCpuSeconds(a.server_pid);
   auto worker = [&](int w) {
     std::unique_ptr<Redis> r;
     if (a.system == "redis") r = std::make_unique<Redis>(a.target);
@@ -302,16 +340,19 @@ int main(int argc, char** argv) {
   for (int w = 0; w < workers; ++w) threads.emplace_back(worker, w);
   for (auto& t : threads) t.join();
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+  const double client_cpu = SelfCpuSeconds() - client_cpu0;
+  const double server_cpu = ProcessCpuSeconds(a.server_pid) - server_cpu0;
   std::vector<double> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
   if (client != nullptr) (void)client->DropNamespace(ns);
   std::printf(
       "{\"system\": \"%s\", \"phase\": \"%s\", \"encoding\": \"%s\", \"block_bytes\": %llu, "
       "\"concurrency\": %d, \"ops\": %llu, \"seconds\": %.3f, \"logical_gb_per_s\": %.4f, "
-      "\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"tag\": \"%s\"}\n",
+      "\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"client_cpu_s\": %.3f, \"server_cpu_s\": %.3f, "
+      "\"tag\": \"%s\"}\n",
       a.system.c_str(), a.phase.c_str(), a.encoding.c_str(),
       static_cast<unsigned long long>(block_bytes), workers,
       static_cast<unsigned long long>(ops.load()), elapsed, bytes.load() / elapsed / 1e9,
-      Percentile(all, 50), Percentile(all, 99), a.tag.c_str());
+      Percentile(all, 50), Percentile(all, 99), client_cpu, server_cpu, a.tag.c_str());
   return 0;
 }

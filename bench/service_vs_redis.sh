@@ -2,6 +2,7 @@
 # turbokv-server vs Debian's redis-server, side by side on loopback, in the same run (issue 9).
 #
 #   bash bench/service_vs_redis.sh [--runs 3] [--seconds 3] [--profile] [--out DIR]
+#       [--sizes 2m,368k,8m] [--concurrency 1,4,8] [--skip-prefix] [--skip-lookup]
 #
 # Starts turbokv-server (k4v4-g32, --durability wal) and redis-server twice (no persistence;
 # AOF appendfsync everysec), then for 2 MiB (Llama-3-8B block: L32 H8 D128, 16 tokens),
@@ -12,6 +13,7 @@
 # Runs are interleaved (run 1 of every cell, then run 2, ...); the table gives the median of
 # the runs and the turbokv / Redis ratio per cell. --profile records the server's CPU with
 # perf per phase (one extra pass) and prints where its cycles go.
+# --sizes / --concurrency / --skip-* run a subset (quick checks; the table shows nan elsewhere).
 # Needs: build/ (tools/setup.sh), redis-server, perf for --profile. Prints the machine's load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +22,20 @@ RUNS=3
 SECONDS_PER_CELL=3
 PROFILE=0
 OUT=""
+SIZES="2m 368k 8m"
+CONCS="1 4 8"
+PREFIX=1
+LOOKUP=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
     --seconds) SECONDS_PER_CELL=$2; shift 2 ;;
     --profile) PROFILE=1; shift ;;
     --out) OUT=$2; shift 2 ;;
+    --sizes) SIZES=${2//,/ }; shift 2 ;;
+    --concurrency) CONCS=${2//,/ }; shift 2 ;;
+    --skip-prefix) PREFIX=0; shift ;;
+    --skip-lookup) LOOKUP=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -59,13 +69,13 @@ TKV="127.0.0.1:$(head -1 "$WORK/tkv.port")"
 REDIS_NONE_PORT=$(free_port)
 redis-server --port "$REDIS_NONE_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --protected-mode no --daemonize no --logfile "$WORK/redis-none.log" &
-PIDS+=("$!")
+REDIS_NONE_PID=$!; PIDS+=("$REDIS_NONE_PID")
 mkdir -p "$WORK/redis-aof"
 REDIS_AOF_PORT=$(free_port)
 redis-server --port "$REDIS_AOF_PORT" --bind 127.0.0.1 --save "" --appendonly yes \
   --appendfsync everysec --dir "$WORK/redis-aof" --protected-mode no --daemonize no \
   --logfile "$WORK/redis-aof.log" &
-PIDS+=("$!")
+REDIS_AOF_PID=$!; PIDS+=("$REDIS_AOF_PID")
 sleep 1
 echo "turbokv $TKV (pid $TKV_PID), redis none :$REDIS_NONE_PORT, redis aof-everysec :$REDIS_AOF_PORT"
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -80,18 +90,23 @@ shape_args() {  # size name -> block arguments
   esac
 }
 cell() {  # run system target phase encoding size concurrency label
-  local run=$1 system=$2 target=$3 phase=$4 enc=$5 size=$6 conc=$7 label=$8
+  local run=$1 system=$2 target=$3 phase=$4 enc=$5 size=$6 conc=$7 label=$8 pid
+  case "$target" in
+    "$TKV") pid=$TKV_PID ;;
+    *":$REDIS_NONE_PORT") pid=$REDIS_NONE_PID ;;
+    *) pid=$REDIS_AOF_PID ;;
+  esac
   # shellcheck disable=SC2046
   "$BENCH" --system "$system" --target "$target" --phase "$phase" --encoding "$enc" \
     --concurrency "$conc" --seconds "$SECONDS_PER_CELL" --tag "$label-$run-$size-$conc" \
-    $(shape_args "$size") | sed "s/^{/{\"run\": $run, \"label\": \"$label\", \"size\": \"$size\", /" >> "$RESULTS"
+    --server-pid "$pid" $(shape_args "$size") | sed "s/^{/{\"run\": $run, \"label\": \"$label\", \"size\": \"$size\", /" >> "$RESULTS"
   [ "$system" = redis ] && redis-cli -p "${target##*:}" flushall > /dev/null
   return 0
 }
 all_cells() {
   local run=$1
-  for size in 2m 368k 8m; do
-    for conc in 1 4 8; do
+  for size in $SIZES; do
+    for conc in $CONCS; do
       cell "$run" turbokv "$TKV" put raw "$size" "$conc" turbokv
       cell "$run" redis "127.0.0.1:$REDIS_NONE_PORT" put raw "$size" "$conc" redis-none
       cell "$run" redis "127.0.0.1:$REDIS_AOF_PORT" put raw "$size" "$conc" redis-aof
@@ -101,10 +116,13 @@ all_cells() {
       cell "$run" redis "127.0.0.1:$REDIS_AOF_PORT" get raw "$size" "$conc" redis-aof
     done
   done
-  cell "$run" turbokv "$TKV" prefix raw 2m 1 turbokv-raw
-  cell "$run" turbokv "$TKV" prefix packed 2m 1 turbokv-packed
-  cell "$run" redis "127.0.0.1:$REDIS_NONE_PORT" prefix raw 2m 1 redis-none
-  cell "$run" turbokv "$TKV" lookup raw 2m 1 turbokv
+  if [ "$PREFIX" = 1 ]; then
+    cell "$run" turbokv "$TKV" prefix raw 2m 1 turbokv-raw
+    cell "$run" turbokv "$TKV" prefix packed 2m 1 turbokv-packed
+    cell "$run" redis "127.0.0.1:$REDIS_NONE_PORT" prefix raw 2m 1 redis-none
+  fi
+  [ "$LOOKUP" = 1 ] && cell "$run" turbokv "$TKV" lookup raw 2m 1 turbokv
+  return 0
 }
 for run in $(seq "$RUNS"); do
   echo "run $run/$RUNS (load $(cut -d' ' -f1-3 /proc/loadavg))"

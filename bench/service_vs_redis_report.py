@@ -49,6 +49,8 @@ def main():
             graw = g("turbokv-raw", "get", size, conc)
             gpk = g("turbokv-packed", "get", size, conc)
             rg = g("redis-none", "get", size, conc)
+            if all(v != v for v in (put, graw, gpk, rg)):
+                continue  # a cell the run left out (--sizes / --concurrency)
             lat = lambda label, phase: "%.1f / %.1f" % (g(label, phase, size, conc, "p50_ms"),
                                                        g(label, phase, size, conc, "p99_ms"))
             print(f"| {name} | {conc} | {put:.3f} | {rn:.3f} | {ra:.3f} | "
@@ -56,6 +58,30 @@ def main():
                   f"{graw / rg:.2f}x | {gpk / rg:.2f}x | {lat('turbokv', 'put')} | "
                   f"{lat('turbokv-raw', 'get')} | {lat('turbokv-packed', 'get')} | "
                   f"{lat('redis-none', 'get')} |")
+    print()
+    # CPU per GB: client + server CPU seconds over the timed part, per logical GB. Unlike GB/s
+    # it does not swing with what else the machine runs (the ratio is Redis / turbokv, so > 1
+    # means turbokv spends less CPU per byte).
+    def cpu(label, phase, size, conc):
+        cells = groups.get((label, phase, size, conc), [])
+        per = [(c["client_cpu_s"] + c["server_cpu_s"]) / (c["logical_gb_per_s"] * c["seconds"])
+               for c in cells if "client_cpu_s" in c and c["logical_gb_per_s"] > 0]
+        return statistics.median(per) if per else float("nan")
+    print("CPU seconds (client + server) per logical GB, median of the runs; ratio = Redis / "
+          "turbokv (> 1: turbokv spends less CPU per byte).\n")
+    print("| block | conc | put turbokv | Redis none | Redis AOF | put ratio none / AOF "
+          "| get RAW | get PACKED | Redis get | RAW ratio | PACKED ratio |")
+    print("|" + " --- |" * 11)
+    for size, name in SIZES:
+        for conc in (1, 4, 8):
+            put, rn, ra = (cpu(l, "put", size, conc) for l in ("turbokv", "redis-none", "redis-aof"))
+            graw, gpk, rg = (cpu(l, "get", size, conc)
+                             for l in ("turbokv-raw", "turbokv-packed", "redis-none"))
+            if all(v != v for v in (put, graw, gpk)):
+                continue
+            print(f"| {name} | {conc} | {put:.2f} | {rn:.2f} | {ra:.2f} | {rn / put:.2f}x / "
+                  f"{ra / put:.2f}x | {graw:.2f} | {gpk:.2f} | {rg:.2f} | {rg / graw:.2f}x | "
+                  f"{rg / gpk:.2f}x |")
     print()
     raw = g("turbokv-raw", "prefix", "2m", 1, "p50_ms")
     pk = g("turbokv-packed", "prefix", "2m", 1, "p50_ms")
