@@ -22,7 +22,7 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEPLOY = os.path.dirname(HERE)
 REPO = os.path.dirname(DEPLOY)
-OVERLAYS = ["cpu", "gpu"]
+OVERLAYS = ["cpu", "gpu", "mtls"]
 # Oldest version with every field used here GA or beta-on (gRPC probes: 1.27), and a recent one.
 K8S_VERSIONS = ["1.28.0", "1.32.0"]
 
@@ -114,6 +114,11 @@ def test_resources_are_wired_together(overlay):
         assert "%s=%s/%s" % (flag, mounts[volume], path) in c["args"], flag
         assert volumes[volume]["secret"]["secretName"] == secret
         assert not [m for m in c["volumeMounts"] if m["name"] == volume and "subPath" in m]
+    # Mutual TLS (overlay mtls): the client CA is cert-manager's ca.crt of the same Secret.
+    if overlay == "mtls":
+        assert cm["data"]["TURBOKV_TLS_CLIENT_CA"] == mounts["tls"] + "/ca.crt"
+    else:
+        assert "TURBOKV_TLS_CLIENT_CA" not in cm["data"]
     # Listen addresses agree with the ports; every $(VAR) comes from the ConfigMap.
     assert "--listen=0.0.0.0:%d" % ports["grpc"] in c["args"]
     assert "--metrics-listen=0.0.0.0:%d" % ports["metrics"] in c["args"]
@@ -208,6 +213,9 @@ def test_server_starts_with_the_rendered_flags(overlay, tmp_path):
              "--health-listen": "127.0.0.1:0", "--data-dir": str(tmp_path / "data"),
              "--tls-cert": pki.server_cert, "--tls-key": pki.server_key,
              "--token-file": str(tokens)}
+    mtls = "TURBOKV_TLS_CLIENT_CA" in env
+    if mtls:
+        env["TURBOKV_TLS_CLIENT_CA"] = pki.ca
     args = ["%s=%s" % (a.split("=", 1)[0], local[a.split("=", 1)[0]])
             if a.split("=", 1)[0] in local else a for a in _container(k["StatefulSet"])["args"]]
     port_file = tmp_path / "ports"
@@ -225,10 +233,37 @@ def test_server_starts_with_the_rendered_flags(overlay, tmp_path):
             return
         assert proc.poll() is None, proc.stdout.read()
         assert len(port_file.read_text().split()) == 2
+        _check_rendered_security(int(port_file.read_text().split()[0]), pki, mtls)
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def _check_rendered_security(port, pki, mtls):
+    """The rendered server's gRPC port speaks TLS and wants the token (and, with mtls, a
+    client certificate): a client with the CA, its certificate and the token is answered, one
+    without the token is UNAUTHENTICATED, one without a certificate fails the handshake."""
+    from turbokv import Client, Security
+    from turbokv.errors import StatusCode, TurboKVError
+    cert = pki.client("deploy-client") if mtls else (None, None)
+    address = "127.0.0.1:%d" % port
+
+    def stats(**sec):
+        with Client(address, timeout=10.0, max_attempts=1, security=Security(**sec)) as c:
+            return c.stats()
+    full = dict(ca_file=pki.ca, cert_file=cert[0], key_file=cert[1])
+    assert stats(token="deploy-test-token", **full).namespaces == []
+    with pytest.raises(TurboKVError) as e:
+        stats(**full)
+    assert e.value.code == StatusCode.UNAUTHENTICATED
+    if mtls:
+        with pytest.raises(TurboKVError) as e:
+            stats(token="deploy-test-token", ca_file=pki.ca)
+        assert e.value.code == StatusCode.UNAVAILABLE
+    with pytest.raises(TurboKVError) as e:  # plaintext on the TLS port
+        stats(token="deploy-test-token")
+    assert e.value.code == StatusCode.UNAVAILABLE
 
 
 def test_servicemonitor_selects_the_service():
