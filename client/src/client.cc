@@ -1,6 +1,7 @@
 #include "turbokv/client/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
 
 #include <algorithm>
 #include <fstream>
@@ -159,6 +160,8 @@ struct Client::Impl {
   // PutBlocks written as raw byte buffers: a chunk is copied once, from the caller's block
   // into the outgoing slice (a protobuf message would copy it twice).
   std::unique_ptr<grpc::internal::RpcMethod> put_blocks_raw;
+  // Lookup's request serialized straight from the caller's hashes (no message of 1,000 strings).
+  std::unique_ptr<grpc::internal::RpcMethod> lookup_raw;
 
   absl::Time Deadline(const CallOptions& call) const {
     return absl::Now() + (call.timeout > absl::ZeroDuration() ? call.timeout : options.timeout);
@@ -226,6 +229,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   impl->get_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
       "/turbokv.v1.TurboKV/GetBlocks", grpc::internal::RpcMethod::SERVER_STREAMING,
       impl->channel);
+  impl->lookup_raw = std::make_unique<grpc::internal::RpcMethod>(
+      "/turbokv.v1.TurboKV/Lookup", grpc::internal::RpcMethod::NORMAL_RPC, impl->channel);
   impl->put_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
       "/turbokv.v1.TurboKV/PutBlocks", grpc::internal::RpcMethod::CLIENT_STREAMING,
       impl->channel);
@@ -308,13 +313,11 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
 absl::StatusOr<LookupResult> Client::Lookup(uint64_t namespace_id,
                                             absl::Span<const std::string> hashes,
                                             uint32_t lease_seconds, const CallOptions& call) const {
-  v1::LookupRequest req;
-  req.set_namespace_id(namespace_id);
-  for (const std::string& h : hashes) req.add_block_hashes(h);
-  req.set_lease_seconds(lease_seconds);
+  const grpc::ByteBuffer req = internal::SerializeLookupRequest(namespace_id, hashes, lease_seconds);
   v1::LookupResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
-    return FromGrpc(impl_->stub->Lookup(ctx, req, &resp));
+    return FromGrpc(grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, v1::LookupResponse>(
+        impl_->channel.get(), *impl_->lookup_raw, ctx, req, &resp));
   }));
   if (resp.matched_blocks() > hashes.size()) {
     return absl::InternalError(absl::StrCat("Lookup matched ", resp.matched_blocks(),

@@ -65,6 +65,11 @@ class Cursor {
   size_t pos_ = 0;
 };
 
+void PutVarint(std::string* out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+
 absl::Status Malformed(const char* what) {
   return absl::DataLossError(absl::StrCat("GetBlocks response does not parse: ", what));
 }
@@ -145,6 +150,30 @@ grpc::ByteBuffer SerializeWithData(const google::protobuf::MessageLite& fields, 
   std::memcpy(at, head.data(), head.size());
   std::memcpy(at + head.size(), data.data(), data.size());
   return grpc::ByteBuffer(&out, 1);
+}
+
+grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id,
+                                        absl::Span<const std::string> hashes,
+                                        uint32_t lease_seconds) {
+  size_t size = namespace_id != 0 ? 9 : 0;
+  for (const std::string& h : hashes) size += 2 + (h.size() >= 128 ? 9 : 0) + h.size();
+  std::string out;
+  out.reserve(size + 6);
+  if (namespace_id != 0) {  // field 1, fixed64 (proto3 leaves a zero off the wire)
+    out.push_back(static_cast<char>((1 << 3) | 1));
+    for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>(namespace_id >> (8 * b)));
+  }
+  for (const std::string& h : hashes) {  // field 2, repeated bytes
+    out.push_back(static_cast<char>((2 << 3) | 2));
+    PutVarint(&out, h.size());
+    out.append(h);
+  }
+  if (lease_seconds != 0) {  // field 3, varint
+    out.push_back(static_cast<char>(3 << 3));
+    PutVarint(&out, lease_seconds);
+  }
+  grpc::Slice slice(out);
+  return grpc::ByteBuffer(&slice, 1);
 }
 
 }  // namespace turbokv::client::internal

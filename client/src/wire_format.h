@@ -13,6 +13,7 @@
 #define TURBOKV_CLIENT_SRC_WIRE_FORMAT_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +46,12 @@ struct WireChunk {
 // field: exactly the serialization of the message with `data` set.
 [[nodiscard]] grpc::ByteBuffer SerializeWithData(const google::protobuf::MessageLite& fields,
                                                  int data_field, absl::string_view data);
+
+// A serialized LookupRequest (turbokv.proto) of the chain `hashes`, written in one buffer with
+// no per-hash allocation; the same bytes as protobuf's.
+[[nodiscard]] grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id,
+                                                      absl::Span<const std::string> hashes,
+                                                      uint32_t lease_seconds);
 
 }  // namespace turbokv::client::internal
 

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
-#include "server/service/wire_response.h"
+#include "server/service/wire_format.h"
 
 namespace turbokv::server {
 namespace {

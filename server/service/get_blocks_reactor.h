@@ -3,7 +3,7 @@
 // while the current one is written.
 //
 // The request arrives and the responses leave as gRPC byte buffers (the raw callback method):
-// a message's `data` is a slice over the stored value or the decode buffer (wire_response.h),
+// a message's `data` is a slice over the stored value or the decode buffer (wire_format.h),
 // so no payload byte is copied or zero-filled between RocksDB and the socket.
 //
 // PACKED: a stored block is moved out of RocksDB's read buffer and sent in chunks of at most

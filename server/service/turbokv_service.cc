@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/service/get_blocks_reactor.h"
 #include "server/service/put_blocks_reactor.h"
+#include "server/service/wire_format.h"
 #include "turbokv/codec/status_macros.h"
 
 namespace turbokv::server {
@@ -114,27 +116,47 @@ grpc::ServerReadReactor<v1::PutBlocksRequest>* TurboKvService::PutBlocks(
 }
 
 grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* context,
-                                                 const v1::LookupRequest* request,
-                                                 v1::LookupResponse* response) {
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
   // Index only (in memory): cheap enough for gRPC's thread.
   return Unary(context, RpcMethod::kLookup, Where::kInline,
                [this, request, response](const Principal& caller) -> absl::Status {
+                 grpc::Slice bytes;
+                 if (!request->DumpToSingleSlice(&bytes).ok()) {
+                   return absl::InvalidArgumentError("the request is not a LookupRequest");
+                 }
+                 LookupRequestView req;
+                 TURBOKV_RETURN_IF_ERROR(ParseLookupRequest(
+                     std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()),
+                     &req));
                  TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<const Namespace> ns,
-                                          ctx_->registry->Get(request->namespace_id(), caller));
-                 TURBOKV_RETURN_IF_ERROR(CheckHashCount(*ctx_, request->block_hashes_size()));
-                 if (request->lease_seconds() > ctx_->limits.max_lease_seconds) {
+                                          ctx_->registry->Get(req.namespace_id, caller));
+                 TURBOKV_RETURN_IF_ERROR(CheckHashCount(*ctx_, req.block_hashes.size()));
+                 if (req.lease_seconds > ctx_->limits.max_lease_seconds) {
                    return absl::InvalidArgumentError(absl::StrCat(
-                       "lease_seconds ", request->lease_seconds(), " is over the server's limit ",
+                       "lease_seconds ", req.lease_seconds, " is over the server's limit ",
                        ctx_->limits.max_lease_seconds, " (--max-lease-seconds)"));
                  }
-                 TURBOKV_ASSIGN_OR_RETURN(std::vector<std::string_view> hashes,
-                                          HashViews(request->block_hashes()));
+                 for (size_t i = 0; i < req.block_hashes.size(); ++i) {
+                   absl::Status s = ValidateBlockHash(req.block_hashes[i]);
+                   if (!s.ok()) {
+                     return absl::InvalidArgumentError(
+                         absl::StrCat("block_hashes[", i, "]: ", s.message()));
+                   }
+                 }
                  TURBOKV_ASSIGN_OR_RETURN(
-                     size_t matched, ctx_->store->Lookup(ns->id, hashes, request->lease_seconds()));
+                     size_t matched,
+                     ctx_->store->Lookup(ns->id, req.block_hashes, req.lease_seconds));
                  const uint64_t block_tokens = ns->descriptor.block_tokens();
-                 response->set_matched_blocks(static_cast<uint32_t>(matched));
-                 response->set_matched_tokens(matched * block_tokens);
-                 ctx_->metrics->RecordLookup(hashes.size(), matched, block_tokens);
+                 v1::LookupResponse out;
+                 out.set_matched_blocks(static_cast<uint32_t>(matched));
+                 out.set_matched_tokens(matched * block_tokens);
+                 bool own = false;
+                 if (!grpc::SerializationTraits<v1::LookupResponse>::Serialize(out, response, &own)
+                          .ok()) {
+                   return absl::InternalError("LookupResponse did not serialize");
+                 }
+                 ctx_->metrics->RecordLookup(req.block_hashes.size(), matched, block_tokens);
                  return absl::OkStatus();
                });
 }

@@ -13,10 +13,11 @@
 
 namespace turbokv::server {
 
-// GetBlocks is a raw callback method: it reads the request and writes its responses as byte
-// buffers, so payloads go out without a copy (get_blocks_reactor.h).
+// GetBlocks and Lookup are raw callback methods: GetBlocks writes its responses as byte
+// buffers, so payloads go out without a copy (get_blocks_reactor.h); Lookup reads its chain as
+// views into the request's bytes (wire_format.h).
 using TurboKvServiceBase = v1::TurboKV::WithCallbackMethod_RegisterNamespace<
-    v1::TurboKV::WithCallbackMethod_PutBlocks<v1::TurboKV::WithCallbackMethod_Lookup<
+    v1::TurboKV::WithCallbackMethod_PutBlocks<v1::TurboKV::WithRawCallbackMethod_Lookup<
         v1::TurboKV::WithRawCallbackMethod_GetBlocks<v1::TurboKV::WithCallbackMethod_DeleteBlocks<
             v1::TurboKV::WithCallbackMethod_DropNamespace<
                 v1::TurboKV::WithCallbackMethod_Stats<v1::TurboKV::Service>>>>>>>;
@@ -31,9 +32,10 @@ class TurboKvService final : public TurboKvServiceBase {
                                               v1::RegisterNamespaceResponse* response) override;
   grpc::ServerReadReactor<v1::PutBlocksRequest>* PutBlocks(
       grpc::CallbackServerContext* context, v1::PutBlocksResponse* response) override;
+  // `request`: a serialized LookupRequest; `response`: gets a serialized LookupResponse.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
-                                   const v1::LookupRequest* request,
-                                   v1::LookupResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   // `request`: a serialized GetBlocksRequest; the responses are serialized GetBlocksResponses.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBlocks(grpc::CallbackServerContext* context,
                                                         const grpc::ByteBuffer* request) override;

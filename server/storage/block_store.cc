@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -656,7 +657,9 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
   // The chain is walked in slices, the index lock released between them, so one long chain
   // never holds up other calls for long.
   constexpr size_t kSlice = 256;
-  std::string key;
+  // The storage key is built in place (namespace id, then the hash): no allocation per hash.
+  char key[8 + kMaxBlockHashBytes];
+  for (int b = 0; b < 8; ++b) key[b] = static_cast<char>(namespace_id >> (56 - 8 * b));
   size_t matched = 0;
   std::vector<IndexEntry*> chain;
   for (size_t begin = 0; begin < hashes.size() || begin == 0; begin += kSlice) {
@@ -672,8 +675,8 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
         stop = true;
         break;
       }
-      key = BlockKey(namespace_id, hashes[i]);
-      IndexEntry* e = index_.Find(key);
+      std::memcpy(key + 8, hashes[i].data(), hashes[i].size());
+      IndexEntry* e = index_.Find(std::string_view(key, 8 + hashes[i].size()));
       if (e == nullptr || Expired(*e, now)) {
         stop = true;
         break;

@@ -36,6 +36,22 @@ TEST(WireFormatTest, PutChunkIsTheMessagesSerialization) {
   }
 }
 
+TEST(WireFormatTest, LookupRequestIsTheMessagesSerialization) {
+  std::vector<std::string> hashes;
+  for (int i = 0; i < 1000; ++i) hashes.push_back(std::string(8 + i % 25, static_cast<char>(i)));
+  hashes.push_back(std::string(200, 'l'));  // a length over one varint byte
+  for (uint64_t ns : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}}) {
+    for (uint32_t lease : {0u, 1u, 100000u}) {
+      v1::LookupRequest m;
+      m.set_namespace_id(ns);
+      for (const std::string& h : hashes) m.add_block_hashes(h);
+      m.set_lease_seconds(lease);
+      EXPECT_EQ(Flatten(SerializeLookupRequest(ns, hashes, lease)), m.SerializeAsString());
+    }
+  }
+  EXPECT_EQ(Flatten(SerializeLookupRequest(0, {}, 0)), "");
+}
+
 TEST(WireFormatTest, ResponseParsesFromAnySplit) {
   v1::GetBlocksResponse m;
   m.set_index(7);

@@ -15,7 +15,8 @@ if(TARGET turbokv_server_service)
     ${CMAKE_SOURCE_DIR}/tests/unit/server_admission_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_codec_backend_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_options_test.cc
-    ${CMAKE_SOURCE_DIR}/tests/unit/server_namespace_registry_test.cc)
+    ${CMAKE_SOURCE_DIR}/tests/unit/server_namespace_registry_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/server_wire_format_test.cc)
   target_link_libraries(server_unit_tests PRIVATE turbokv::server_service GTest::gtest
                         GTest::gtest_main)
   gtest_discover_tests(server_unit_tests PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)

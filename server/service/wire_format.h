@@ -1,15 +1,22 @@
-// GetBlocksResponse messages put on the wire without copying their `data`.
+// The two messages of the request path that are read or written around gRPC's byte buffers
+// instead of through protobuf objects.
 //
+// GetBlocksResponse, put on the wire without copying its `data`:
 // The small fields are serialized by protobuf; `data` (field 8, which protobuf always writes
 // last) goes out as one gRPC slice pointing into a buffer the slice keeps alive (a shared
 // owner), so a decoded block or a stored value reaches the socket with no copy in between.
 // The bytes are exactly protobuf's serialization of the whole message, so any client parses
 // them as a GetBlocksResponse.
-#ifndef TURBOKV_SERVER_SERVICE_WIRE_RESPONSE_H_
-#define TURBOKV_SERVER_SERVICE_WIRE_RESPONSE_H_
+#ifndef TURBOKV_SERVER_SERVICE_WIRE_FORMAT_H_
+#define TURBOKV_SERVER_SERVICE_WIRE_FORMAT_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
 
 #include "grpcpp/support/byte_buffer.h"
 #include "turbokv/v1/turbokv.pb.h"
@@ -28,6 +35,19 @@ struct Payload {
 [[nodiscard]] grpc::ByteBuffer SerializeGetBlocksResponse(const v1::GetBlocksResponse& fields,
                                                           const Payload& payload);
 
+// LookupRequest, read without a message: a chain of 1,000 hashes is 1,000 string allocations
+// as a protobuf object, and views into the request's bytes here.
+struct LookupRequestView {
+  uint64_t namespace_id = 0;
+  std::vector<std::string_view> block_hashes;  // views into the parsed bytes, in order
+  uint32_t lease_seconds = 0;
+};
+
+// Parses `bytes` (a serialized LookupRequest, which must outlive *out) into *out, with
+// protobuf's semantics (unknown fields skipped, the last of a repeated scalar wins).
+// INVALID_ARGUMENT when it is not a well-formed message.
+[[nodiscard]] absl::Status ParseLookupRequest(std::string_view bytes, LookupRequestView* out);
+
 }  // namespace turbokv::server
 
-#endif  // TURBOKV_SERVER_SERVICE_WIRE_RESPONSE_H_
+#endif  // TURBOKV_SERVER_SERVICE_WIRE_FORMAT_H_
