@@ -17,7 +17,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -32,37 +31,16 @@
 namespace turbokv::server {
 namespace {
 
+using testing::Hash;
+using testing::NewClient;
+using testing::RandomFp16;
+using testing::Scaled;
 using testing::ServerProcess;
 
 // Smaller than the client library's 1 MiB, so a 2 MiB block takes four messages and a cancel
 // can land between any two of them (a section split across chunks is the carried path).
 constexpr size_t kTestChunk = size_t{512} << 10;
 constexpr int kStoredBlocks = 8;
-
-std::string Hash(uint64_t i) {
-  std::string h(16, '\0');
-  for (size_t k = 0; k < 16; ++k) h[k] = static_cast<char>((i >> (8 * (k % 8))) ^ (k * 29 + 3));
-  return h;
-}
-
-// fp16 values in [-2, 2): random bit patterns with the exponent bits bounded.
-std::string RandomFp16(size_t bytes, std::mt19937_64& rng) {
-  std::string out(bytes, '\0');
-  for (size_t i = 0; i + 1 < bytes; i += 2) {
-    const uint16_t h = static_cast<uint16_t>((rng() & 0x83ff) | ((8 + rng() % 8) << 10));
-    std::memcpy(&out[i], &h, 2);
-  }
-  return out;
-}
-
-// A channel of its own (own connection), like a separate client process.
-std::unique_ptr<v1::TurboKV::Stub> NewClient(int port) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetMaxReceiveMessageSize(64 << 20);
-  return v1::TurboKV::NewStub(grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
-}
 
 std::vector<v1::PutBlocksRequest> Chunks(uint64_t ns, const std::string& hash,
                                          const std::string& raw) {
@@ -147,6 +125,8 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
   }
   const uint64_t ns = reg.namespace_id();
   ASSERT_EQ(reg.raw_block_bytes(), 2u << 20);
+  // The deadline of calls meant to finish (the expiring ones keep theirs: 1-30 ms).
+  const std::chrono::milliseconds kLong = Scaled(std::chrono::seconds(60));
 
   // The blocks every client reads, stored first; what the server returns for them now is what
   // it must return at the end.
@@ -157,14 +137,14 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
     v1::PutBlocksResponse resp;
     const std::string raw = RandomFp16(reg.raw_block_bytes(), rng);
     const auto messages = Chunks(ns, hashes.back(), raw);
-    ASSERT_TRUE(Put(stub, messages, messages.size(), false, std::chrono::seconds(60), &resp).ok());
+    ASSERT_TRUE(Put(stub, messages, messages.size(), false, kLong, &resp).ok());
     ASSERT_EQ(resp.results_size(), 1);
     ASSERT_EQ(resp.results(0).code(), 0) << resp.results(0).message();
   }
   std::map<std::string, std::string> packed, decoded;
   ASSERT_TRUE(
-      Get(stub, ns, hashes, v1::ENCODING_PACKED, 0, std::chrono::seconds(60), &packed).ok());
-  ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_RAW, 0, std::chrono::seconds(60), &decoded).ok());
+      Get(stub, ns, hashes, v1::ENCODING_PACKED, 0, kLong, &packed).ok());
+  ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_RAW, 0, kLong, &decoded).ok());
   ASSERT_EQ(packed.size(), hashes.size());
   ASSERT_EQ(decoded.size(), hashes.size());
 
@@ -193,7 +173,7 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
         switch ((c + round) % 5) {
           case 0: {  // a put cancelled after 1..3 of its 4 chunks
             v1::PutBlocksResponse resp;
-            s = Put(*client, messages, 1 + r() % 3, true, std::chrono::seconds(60), &resp);
+            s = Put(*client, messages, 1 + r() % 3, true, kLong, &resp);
             // (RESOURCE_EXHAUSTED: no budget within the admission timeout, before the cancel.)
             if (s.error_code() != grpc::StatusCode::CANCELLED &&
                 s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
@@ -206,7 +186,7 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
           }
           case 1:  // a RAW get of every block cancelled after 1..4 messages
             s = Get(*client, ns, hashes, v1::ENCODING_RAW, 1 + static_cast<int>(r() % 4),
-                    std::chrono::seconds(60), &got);
+                    kLong, &got);
             if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED &&
                 s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
               note("cancelled get", s);
@@ -240,14 +220,14 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
             ++expired;
             break;
           default:  // whole gets, both encodings: exact bytes
-            s = Get(*client, ns, hashes, v1::ENCODING_PACKED, 0, std::chrono::seconds(60), &got);
+            s = Get(*client, ns, hashes, v1::ENCODING_PACKED, 0, kLong, &got);
             if (!s.ok() && s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
               note("packed get", s);
             } else if (s.ok()) {
               for (const std::string& h : hashes) wrong += got[h] != packed.at(h);
             }
             got.clear();
-            s = Get(*client, ns, hashes, v1::ENCODING_RAW, 0, std::chrono::seconds(60), &got);
+            s = Get(*client, ns, hashes, v1::ENCODING_RAW, 0, kLong, &got);
             if (!s.ok() && s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
               note("raw get", s);
             } else if (s.ok()) {
@@ -269,20 +249,20 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
 
   // Everything stored still comes back exactly; a cancelled put left no part of its block.
   std::map<std::string, std::string> got;
-  ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_PACKED, 0, std::chrono::seconds(60), &got).ok());
+  ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_PACKED, 0, kLong, &got).ok());
   for (const std::string& h : hashes) EXPECT_TRUE(got[h] == packed.at(h)) << "packed block";
   got.clear();
-  ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_RAW, 0, std::chrono::seconds(60), &got).ok());
+  ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_RAW, 0, kLong, &got).ok());
   for (const std::string& h : hashes) EXPECT_TRUE(got[h] == decoded.at(h)) << "decoded block";
   got.clear();
   ASSERT_TRUE(
-      Get(stub, ns, cancelled_puts, v1::ENCODING_PACKED, 0, std::chrono::seconds(60), &got).ok());
+      Get(stub, ns, cancelled_puts, v1::ENCODING_PACKED, 0, kLong, &got).ok());
   for (const auto& [h, bytes] : got) EXPECT_EQ(bytes.size(), reg.packed_block_bytes());
 
   // Nothing is left holding the budget: a whole block goes in at once.
   v1::PutBlocksResponse resp;
   const auto messages = Chunks(ns, Hash(99), RandomFp16(reg.raw_block_bytes(), rng));
-  ASSERT_TRUE(Put(stub, messages, messages.size(), false, std::chrono::seconds(60), &resp).ok());
+  ASSERT_TRUE(Put(stub, messages, messages.size(), false, kLong, &resp).ok());
   ASSERT_EQ(resp.results_size(), 1);
   EXPECT_EQ(resp.results(0).code(), 0) << resp.results(0).message();
   ASSERT_EQ(server.Stop(SIGTERM), 0) << server.Log();

@@ -1,6 +1,8 @@
 // Runs the real turbokv-server binary for the server integration tests: 127.0.0.1 on a free
 // port (--listen 127.0.0.1:0 --port-file), a temporary data directory that survives restarts
 // of the same ServerProcess, and a generated-stub channel. No client library involved.
+// Also what those tests share: the slowdown factor of sanitizer builds (TimeScale, Scaled),
+// block hashes, random fp16 blocks, and a client on a connection of its own.
 #ifndef TURBOKV_TESTS_INTEGRATION_SERVER_PROCESS_H_
 #define TURBOKV_TESTS_INTEGRATION_SERVER_PROCESS_H_
 
@@ -11,6 +13,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -24,6 +29,78 @@
 #include "turbokv/v1/turbokv.grpc.pb.h"
 
 namespace turbokv::server::testing {
+
+// How many times slower than a plain build these tests run: $TURBOKV_TEST_TIME_SCALE when it
+// is a number >= 1, else 10 in a ThreadSanitizer build (the server and the test are both
+// instrumented: 5-20x), 3 under AddressSanitizer, 1 otherwise. Client deadlines and the
+// tests' waits are multiplied by it; what the tests check is not.
+inline double TimeScale() {
+  static const double scale = [] {
+    if (const char* env = std::getenv("TURBOKV_TEST_TIME_SCALE")) {
+      char* end = nullptr;
+      const double v = std::strtod(env, &end);
+      if (end != env && v >= 1) return v;
+    }
+#if defined(__SANITIZE_THREAD__)
+    return 10.0;
+#elif defined(__SANITIZE_ADDRESS__)
+    return 3.0;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    return 10.0;
+#elif __has_feature(address_sanitizer)
+    return 3.0;
+#else
+    return 1.0;
+#endif
+#else
+    return 1.0;
+#endif
+  }();
+  return scale;
+}
+// True in a build whose TimeScale() is above 1 (a sanitizer, or the variable set).
+inline bool SlowBuild() { return TimeScale() > 1; }
+
+// `d` x TimeScale(), in milliseconds.
+template <class Rep, class Period>
+std::chrono::milliseconds Scaled(std::chrono::duration<Rep, Period> d) {
+  return std::chrono::milliseconds(static_cast<int64_t>(
+      std::chrono::duration<double, std::milli>(d).count() * TimeScale()));
+}
+
+// A client deadline `d` x TimeScale() from now.
+template <class Rep, class Period>
+std::chrono::system_clock::time_point DeadlineIn(std::chrono::duration<Rep, Period> d) {
+  return std::chrono::system_clock::now() + Scaled(d);
+}
+
+// A 16-byte block hash derived from `i` (distinct for distinct i).
+inline std::string Hash(uint64_t i) {
+  std::string h(16, '\0');
+  for (size_t k = 0; k < 16; ++k) h[k] = static_cast<char>((i >> (8 * (k % 8))) ^ (k * 41 + 7));
+  return h;
+}
+
+// `bytes` bytes of fp16 values in [-2, 2): random bit patterns with the exponent bits bounded.
+inline std::string RandomFp16(size_t bytes, std::mt19937_64& rng) {
+  std::string out(bytes, '\0');
+  for (size_t i = 0; i + 1 < bytes; i += 2) {
+    const uint16_t h = static_cast<uint16_t>((rng() & 0x83ff) | ((8 + rng() % 8) << 10));
+    std::memcpy(&out[i], &h, 2);
+  }
+  return out;
+}
+
+// A stub on a channel of its own (own connection, 64 MiB messages), like a separate client
+// process.
+inline std::unique_ptr<v1::TurboKV::Stub> NewClient(int port) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return v1::TurboKV::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+}
 
 class ServerProcess {
  public:
@@ -42,7 +119,8 @@ class ServerProcess {
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
-  // Starts the binary and waits (up to 30 s) for its port file. False when it exits first.
+  // Starts the binary and waits (up to 30 s x TimeScale()) for its port file. False when it
+  // exits first.
   bool Start() {
     const std::string port_file = (dir_ / ("port-" + std::to_string(++starts_))).string();
     std::vector<std::string> args = {TURBOKV_SERVER_BINARY,
@@ -76,7 +154,7 @@ class ServerProcess {
       execv(argv[0], argv.data());
       _exit(127);
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto deadline = std::chrono::steady_clock::now() + Scaled(std::chrono::seconds(30));
     while (std::chrono::steady_clock::now() < deadline) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
