@@ -14,7 +14,12 @@ against a real ``turbokv-server`` on 127.0.0.1:
 5. the same with the default preset (k4v4-g32): token agreement and first-token logprob
    difference are reported (lossy codec), hits asserted;
 6. the server is killed; a fresh engine still answers prompt B exactly like the baseline (all
-   recomputed) and counts the failed lookups.
+   recomputed) and counts the failed lookups;
+7. TLS + token: the connector's tls_ca / tls_cert / tls_key / token_file keys against a server
+   with mutual TLS and a token file (openssl-made certificates, tests/python/pki.py): engine A
+   stores under the token's tenant, engine B gets the whole shared blocks as external hits and
+   the tokens of a run without them; with a wrong token B gets no hit, the same tokens, and
+   the log says why.
 
 Figures (TTFT with and without reuse, hits, bytes stored vs fp16, agreement) go to
 ``$TURBOKV_ENGINE_REPORT`` (default ``<build>/vllm-e2e-report.json``); tools/test.sh prints it.
@@ -268,3 +273,61 @@ def test_server_killed_between_a_and_b_costs_only_recompute(runs):
     assert b["external_hit_tokens"] == 0
     assert b["turbokv"]["scheduler"].get("lookup.error", 0) >= PREFIX // BLOCK
     assert "treating as a miss" in b["log"]
+
+
+TOKEN = "vllm-tenant-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def tls_runs(tmp_path_factory, server_binary, hf_model_dir):
+    sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+    from pki import Pki, token_digest
+    tmp = tmp_path_factory.mktemp("vllm-tls")
+    pki = Pki(str(tmp / "pki"))
+    cert, key = pki.client("vllm-worker")
+    tokens = tmp / "tokens"
+    tokens.write_text("token %s tenant-vllm\ntoken %s ops admin\n"
+                      % (token_digest(TOKEN), token_digest(TOKEN + "-ops")))
+    token_file, wrong = tmp / "token", tmp / "wrong-token"
+    token_file.write_text(TOKEN + "\n")
+    wrong.write_text("not-" + TOKEN + "\n")
+    server = ServerProcess(server_binary, str(tmp / "data"), str(tmp / "server.log"),
+                           extra_args=["--tls-cert", pki.server_cert, "--tls-key",
+                                       pki.server_key, "--tls-client-ca", pki.ca,
+                                       "--token-file", str(tokens)]).start()
+    prefix, a_prompts, b_prompt = _prompts(hf_model_dir)
+    sec = dict(tls_ca=pki.ca, tls_cert=cert, tls_key=key, token_file=str(token_file))
+    r = {"server_log": None}
+    try:
+        kv = dict(_kv(server.address, "raw"), **sec)
+        r["a"] = _run(tmp, "tls_a", hf_model_dir, a_prompts[:1], kv, prefix_caching=True)
+        r["b"] = _run(tmp, "tls_b", hf_model_dir, [b_prompt], kv)
+        r["b_wrong"] = _run(tmp, "tls_b_wrong_token", hf_model_dir, [b_prompt],
+                            dict(kv, token_file=str(wrong)))
+        from turbokv import Client, Security
+        ops = Security(ca_file=pki.ca, cert_file=cert, key_file=key, token=TOKEN + "-ops")
+        with Client(server.address, timeout=30.0, security=ops) as c:
+            r["namespaces"] = [(n.tenant, n.blocks) for n in c.stats().namespaces]
+        r["server_log"] = server.log()
+    finally:
+        server.stop()
+    return r
+
+
+def test_tls_and_token(tls_runs):
+    whole = (PREFIX // BLOCK) * BLOCK
+    a, b, wrong = tls_runs["a"], tls_runs["b"], tls_runs["b_wrong"]
+    assert a["turbokv"]["worker"].get("save.ok", 0) == PREFIX // BLOCK + 1, a["turbokv"]
+    assert a["turbokv"]["worker"].get("save.error", 0) == 0
+    assert b["external_hit_tokens"] == whole, b["turbokv"]
+    # A's 8 whole blocks and B's own last one, in one namespace of the token's tenant.
+    assert tls_runs["namespaces"] == [("tenant-vllm", PREFIX // BLOCK + 2)]
+    assert b["turbokv"]["worker"].get("load.ok") == PREFIX // BLOCK
+    # A wrong token: no hit, no error for the request, the same greedy tokens (raw preset:
+    # loading the blocks and recomputing them agree), the refusal in both logs.
+    assert wrong["external_hit_tokens"] == 0
+    assert wrong["prompts"][0]["tokens"] == b["prompts"][0]["tokens"]
+    assert wrong["turbokv"]["scheduler"].get("lookup.error", 0) >= 1, wrong["turbokv"]
+    assert "the bearer token is not valid" in wrong["log"], wrong["log"][-3000:]
+    assert TOKEN not in wrong["log"] and TOKEN not in b["log"]
+    assert "invalid_token" in tls_runs["server_log"]
