@@ -210,14 +210,14 @@ void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
     current_.reset();
   }
   if (req.offset() != 0) {
-    if (!skip_hash_.empty() && hash == skip_hash_) return;  // rest of a rejected block
+    if (skip_hash_.has_value() && hash == *skip_hash_) return;  // rest of a rejected block
     skip_hash_ = hash;
     AddResult(hash, absl::InvalidArgumentError(
                         absl::StrCat("chunk at offset ", req.offset(), " of block ", Hex(hash),
                                      " arrived without the block's first chunk (offset 0)")));
     return;
   }
-  skip_hash_.clear();
+  skip_hash_.reset();
   StartBlock(req);
 }
 

@@ -38,6 +38,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,7 +115,9 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   std::shared_ptr<const Namespace> ns_;
   bool streaming_encode_ = false;  // RAW on the CPU codec: encode sections as chunks arrive
   BlockPtr current_;
-  std::string skip_hash_;          // later chunks of a rejected block are dropped silently
+  // Later chunks of a rejected block are dropped silently (an optional: a rejected empty hash
+  // is a hash too, so its later chunks give no extra results).
+  std::optional<std::string> skip_hash_;
   std::deque<BlockPtr> pending_;   // accepted blocks not yet committed, in stream order
   std::vector<v1::BlockResult> results_;
   uint64_t held_bytes_ = 0;        // budget bytes this stream holds
