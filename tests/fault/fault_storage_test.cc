@@ -347,6 +347,16 @@ TEST(KillLoop, WalLosesNothingAcknowledgedAndNeverServesWrongBytes) {
   EXPECT_EQ(f.crashes, 0u);
 }
 
+TEST(KillLoop, FsyncLosesNothingAcknowledgedAndNeverServesWrongBytes) {
+  if (access(testing::ClusterNode::BinaryPath().c_str(), X_OK) != 0) GTEST_SKIP();
+  const LoopFigures f = KillLoop("fsync", LongMode() ? 30 : 3);
+  Print("fsync", f);
+  EXPECT_GT(f.acknowledged, 0u);
+  EXPECT_EQ(f.lost, 0u);
+  EXPECT_EQ(f.wrong, 0u);
+  EXPECT_EQ(f.crashes, 0u);
+}
+
 TEST(KillLoop, DurabilityNoneMayLoseButNeverServesWrongBytes) {
   if (access(testing::ClusterNode::BinaryPath().c_str(), X_OK) != 0) GTEST_SKIP();
   const LoopFigures f = KillLoop("none", LongMode() ? 40 : 5);

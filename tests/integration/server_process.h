@@ -119,11 +119,18 @@ class ServerProcess {
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
+  // $TURBOKV_SERVER_BIN (e.g. an older build, to show a test fails there), else the binary
+  // of this build.
+  static std::string BinaryPath() {
+    const char* env = std::getenv("TURBOKV_SERVER_BIN");
+    return env != nullptr && *env != '\0' ? env : TURBOKV_SERVER_BINARY;
+  }
+
   // Starts the binary and waits (up to 30 s x TimeScale()) for its port file. False when it
   // exits first.
   bool Start() {
     const std::string port_file = (dir_ / ("port-" + std::to_string(++starts_))).string();
-    std::vector<std::string> args = {TURBOKV_SERVER_BINARY,
+    std::vector<std::string> args = {BinaryPath(),
                                      "--port-file",
                                      port_file,
                                      "--data-dir",
