@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -136,6 +137,13 @@ class ServiceFuzzer {
     char tmpl[] = "/tmp/turbokv-service-fuzz-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) Violation("mkdtemp failed");
     dir_ = tmpl;
+    // libFuzzer exits without destroying the fuzzer: the data directory goes at exit (a
+    // violation aborts and keeps it).
+    static std::string* exit_dir = new std::string(dir_);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(*exit_dir, ec);
+    });
     ServerOptions o;
     o.listen_address = "127.0.0.1:0";
     o.metrics.listen_address = "";
