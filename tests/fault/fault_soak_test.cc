@@ -65,9 +65,9 @@ std::string DirBreakdown(const std::string& dir) {
     if (!f.is_regular_file(ec) || f.path().filename() == "RESERVE") continue;
     const std::string ext = f.path().extension().string();
     const std::string name = f.path().filename().string();
-    const std::string kind = ext == ".sst"              ? "sst"
-                             : ext == ".blob"           ? "blob"
-                             : ext == ".log"            ? "wal"
+    const std::string kind = ext == ".sst"               ? "sst"
+                             : ext == ".blob"            ? "blob"
+                             : ext == ".log"             ? "wal"
                              : name.rfind("LOG", 0) == 0 ? "rocksdb_LOG"
                                                          : "other";
     by[kind] += f.file_size(ec);
@@ -86,8 +86,8 @@ int SoakSeconds() {
 }
 
 struct Counts {
-  std::atomic<uint64_t> put_acked{0}, put_failed{0}, served{0}, missing{0}, wrong{0},
-      lookups{0}, matched{0}, deleted{0}, call_errors{0};
+  std::atomic<uint64_t> put_acked{0}, put_failed{0}, served{0}, missing{0}, wrong{0}, lookups{0},
+      matched{0}, deleted{0}, call_errors{0};
 };
 
 TEST(Soak, RssStopsGrowingAndStaysUnderTheBudgetBound) {
@@ -229,8 +229,9 @@ TEST(Soak, RssStopsGrowingAndStaysUnderTheBudgetBound) {
       exited = true;
       break;
     }
-    samples.push_back({std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                       RssBytes(pid), DirBytes(server.data_dir())});
+    samples.push_back(
+        {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+         RssBytes(pid), DirBytes(server.data_dir())});
   }
   for (std::thread& t : load) t.join();
   ASSERT_FALSE(exited) << "the server exited under the soak (wait status "
@@ -278,8 +279,8 @@ TEST(Soak, RssStopsGrowingAndStaysUnderTheBudgetBound) {
   // RSS every 10% of the run, for the note.
   std::string curve;
   for (size_t i = 0; i < samples.size(); i += std::max<size_t>(1, samples.size() / 10)) {
-    absl::StrAppend(&curve, " ", static_cast<int>(samples[i].t), "s:",
-                    static_cast<int>(mib(samples[i].rss)), "MiB/",
+    absl::StrAppend(&curve, " ", static_cast<int>(samples[i].t),
+                    "s:", static_cast<int>(mib(samples[i].rss)), "MiB/",
                     static_cast<int>(mib(samples[i].dir)), "MiB");
   }
   std::printf("[fault] soak rss/dir:%s\n", curve.c_str());

@@ -38,13 +38,14 @@ TEST(ServiceFuzzReplayTest, SeedCorpusAndRandomSequencesKeepTheInvariants) {
     ++inputs;
   }
   const ServiceFuzzer::Counts& c = f.counts();
-  std::printf("[fuzz] service replay: %zu corpus inputs, %d inputs in all: calls=%llu "
-              "acked_blocks=%llu refused_blocks=%llu failed_streams=%llu blocks_checked=%llu "
-              "misses=%llu\n",
-              seeds.size(), inputs, static_cast<unsigned long long>(c.calls),
-              static_cast<unsigned long long>(c.acked), static_cast<unsigned long long>(c.refused),
-              static_cast<unsigned long long>(c.failed_streams),
-              static_cast<unsigned long long>(c.checked), static_cast<unsigned long long>(c.misses));
+  std::printf(
+      "[fuzz] service replay: %zu corpus inputs, %d inputs in all: calls=%llu "
+      "acked_blocks=%llu refused_blocks=%llu failed_streams=%llu blocks_checked=%llu "
+      "misses=%llu\n",
+      seeds.size(), inputs, static_cast<unsigned long long>(c.calls),
+      static_cast<unsigned long long>(c.acked), static_cast<unsigned long long>(c.refused),
+      static_cast<unsigned long long>(c.failed_streams), static_cast<unsigned long long>(c.checked),
+      static_cast<unsigned long long>(c.misses));
   EXPECT_GT(c.acked, 0u);
   EXPECT_GT(c.checked, 0u);
   f.Shutdown();

@@ -105,12 +105,30 @@ class ServiceFuzzer {
     for (int op = 0; op < 24 && !in.Done(); ++op) {
       ++counts_.calls;
       switch (in.Below(12)) {
-        case 0: case 1: case 2: case 3: case 4: PutStream(in); break;
-        case 5: case 6: case 7: GetBlocks(in); break;
-        case 8: Lookup(in); break;
-        case 9: Delete(in); break;
-        case 10: DropAndRegister(in); break;
-        case 11: Stats(); break;
+        case 0:
+        case 1:
+        case 2:
+        case 3:
+        case 4:
+          PutStream(in);
+          break;
+        case 5:
+        case 6:
+        case 7:
+          GetBlocks(in);
+          break;
+        case 8:
+          Lookup(in);
+          break;
+        case 9:
+          Delete(in);
+          break;
+        case 10:
+          DropAndRegister(in);
+          break;
+        case 11:
+          Stats();
+          break;
       }
     }
   }
@@ -172,8 +190,8 @@ class ServiceFuzzer {
     for (Ns& n : ns_) Register(n);
   }
 
-  static v1::NamespaceDescriptor Descriptor(const std::string& preset, v1::DType dtype,
-                                            int layers, int heads, int head_dim, int tokens) {
+  static v1::NamespaceDescriptor Descriptor(const std::string& preset, v1::DType dtype, int layers,
+                                            int heads, int head_dim, int tokens) {
     v1::NamespaceDescriptor d;
     d.set_model("fuzz/" + preset);
     d.set_dtype(dtype);
@@ -222,8 +240,8 @@ class ServiceFuzzer {
     n.id = resp.namespace_id();
     n.raw_bytes = resp.raw_block_bytes();
     n.packed_bytes = resp.packed_block_bytes();
-    n.dtype = n.descriptor.dtype() == v1::DTYPE_BF16 ? codec::DType::kBFloat16
-                                                     : codec::DType::kFloat16;
+    n.dtype =
+        n.descriptor.dtype() == v1::DTYPE_BF16 ? codec::DType::kBFloat16 : codec::DType::kFloat16;
     n.layers = static_cast<int>(n.descriptor.num_layers());
     n.blocks.clear();
     if (n.codec.has_value()) return;
@@ -294,8 +312,8 @@ class ServiceFuzzer {
 
   // Whether packed is a block this process's codec accepts for n.
   static bool AcceptablePacked(const Ns& n, const std::string& packed) {
-    const auto in = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(packed.data()),
-                                        packed.size());
+    const auto in =
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(packed.data()), packed.size());
     if (packed.size() != n.packed_bytes || !codec::VerifyPackedChecksum(in).ok()) return false;
     auto info = codec::ParsePackedBlock(in);
     if (!info.ok() || info->namespace_id != n.id) return false;
@@ -306,9 +324,12 @@ class ServiceFuzzer {
   std::string Hash(Input& in) {
     const uint8_t h = in.Byte();
     switch (h >> 4) {  // 1 in 16 too short, 1 in 16 too long
-      case 0: return std::string(static_cast<size_t>(in.Below(8)), 'h');  // 0..7 bytes
-      case 1: return std::string(33 + in.Below(8), 'H');
-      default: break;
+      case 0:
+        return std::string(static_cast<size_t>(in.Below(8)), 'h');  // 0..7 bytes
+      case 1:
+        return std::string(33 + in.Below(8), 'H');
+      default:
+        break;
     }
     // 16 bytes (sometimes 8 or 32) naming one of kHashes.
     const uint64_t i = (h & 31) % kHashes;
@@ -366,11 +387,20 @@ class ServiceFuzzer {
     const uint8_t cut = in.Byte();
     uint64_t chunk = total;
     switch (cut % 5) {
-      case 1: chunk = (total + 1) / 2; break;
-      case 2: chunk = (total + 2) / 3; break;
-      case 3: chunk = 700; break;
-      case 4: chunk = 4096; break;
-      default: break;
+      case 1:
+        chunk = (total + 1) / 2;
+        break;
+      case 2:
+        chunk = (total + 2) / 3;
+        break;
+      case 3:
+        chunk = 700;
+        break;
+      case 4:
+        chunk = 4096;
+        break;
+      default:
+        break;
     }
     std::vector<std::pair<uint64_t, std::string>> parts;  // (offset, data)
     for (uint64_t off = 0; off < total; off += chunk) {
@@ -419,7 +449,8 @@ class ServiceFuzzer {
       case 8:  // a zero-length chunk in the middle: harmless
         if (np >= 2) parts.insert(parts.begin() + 1, {parts[1].first, std::string()});
         break;
-      default: break;
+      default:
+        break;
     }
     for (size_t k = 0; k < parts.size(); ++k) {
       v1::PutBlocksRequest r;
@@ -464,7 +495,8 @@ class ServiceFuzzer {
     for (size_t i = 0; i < blocks.size(); ++i) {
       for (size_t k = 0; k < blocks[i].chunks.size(); ++k) {
         v1::PutBlocksRequest r = blocks[i].chunks[k];
-        if (switch_ns && i == blocks.size() - 1) r.set_namespace_id(ns_[(head + 1) % kNamespaces].id);
+        if (switch_ns && i == blocks.size() - 1)
+          r.set_namespace_id(ns_[(head + 1) % kNamespaces].id);
         if (stop_early && i == blocks.size() - 1 && k == blocks[i].chunks.size() - 1 &&
             blocks[i].chunks.size() > 1) {
           blocks[i].well_formed = false;  // its last chunk is never sent
@@ -506,7 +538,8 @@ class ServiceFuzzer {
                 std::to_string(b.chunks.size()) + " chunks, well formed " +
                 std::to_string(b.well_formed);
       }
-      for (const auto& r : resp.results()) what += "\n  result " + std::to_string(r.code()) + " " + r.message();
+      for (const auto& r : resp.results())
+        what += "\n  result " + std::to_string(r.code()) + " " + r.message();
       Violation("PutBlocks gave " + std::to_string(resp.results_size()) + " results for " +
                 std::to_string(blocks.size()) + " blocks:" + what);
     }
@@ -518,10 +551,12 @@ class ServiceFuzzer {
         continue;
       }
       ++counts_.acked;
-      if (!b.well_formed) Violation("PutBlocks acknowledged a malformed block (" + r.message() + ")");
+      if (!b.well_formed)
+        Violation("PutBlocks acknowledged a malformed block (" + r.message() + ")");
       if (!b.stored.has_value()) {
-        Violation("PutBlocks acknowledged a block the codec refuses (non-finite values or a "
-                  "damaged packed block)");
+        Violation(
+            "PutBlocks acknowledged a block the codec refuses (non-finite values or a "
+            "damaged packed block)");
       }
       if (r.stored_bytes() != b.stored->size()) Violation("stored_bytes is not the packed size");
       Known& k = n.blocks[b.hash];
@@ -590,7 +625,7 @@ class ServiceFuzzer {
     const uint8_t shape = in.Byte();
     int encoding = (shape & 1) ? v1::ENCODING_PACKED : v1::ENCODING_RAW;
     if (shape % 16 == 14) encoding = static_cast<int>(in.Below(5));  // 0, 3, 4: invalid
-    int dtype = (shape >> 1) % 4;                                     // 0 = namespace dtype
+    int dtype = (shape >> 1) % 4;                                    // 0 = namespace dtype
     if (shape % 16 == 15) dtype = 4 + static_cast<int>(in.Below(3));
     uint32_t layer_begin = 0, layer_end = 0;
     if (shape & 0x80) {
@@ -617,8 +652,9 @@ class ServiceFuzzer {
         if (!got.empty()) Violation("GetBlocks served blocks in an invalid dtype");
         return;
       }
-      out = dtype == 1 ? codec::DType::kFloat16
-                       : dtype == 2 ? codec::DType::kBFloat16 : codec::DType::kFloat32;
+      out = dtype == 1   ? codec::DType::kFloat16
+            : dtype == 2 ? codec::DType::kBFloat16
+                         : codec::DType::kFloat32;
     }
     const codec::LayerRange range{static_cast<int>(layer_begin),
                                   layer_end == 0 ? -1 : static_cast<int>(layer_end)};
@@ -645,7 +681,8 @@ class ServiceFuzzer {
         match = match || bytes == want;
       }
       if (!match) {
-        Violation(std::string("GetBlocks ") + (raw ? "RAW" : "PACKED") + " served bytes that are "
+        Violation(std::string("GetBlocks ") + (raw ? "RAW" : "PACKED") +
+                  " served bytes that are "
                   "not the last acknowledged put of the hash (" +
                   std::to_string(ok.size()) + " candidates)");
       }
@@ -677,7 +714,8 @@ class ServiceFuzzer {
     if (s.ok() && resp.matched_blocks() > static_cast<uint32_t>(count)) {
       Violation("Lookup matched more blocks than asked");
     }
-    if (s.ok() && resp.matched_tokens() != uint64_t{resp.matched_blocks()} * n.descriptor.block_tokens()) {
+    if (s.ok() &&
+        resp.matched_tokens() != uint64_t{resp.matched_blocks()} * n.descriptor.block_tokens()) {
       Violation("Lookup's matched_tokens is not matched_blocks * block_tokens");
     }
   }
