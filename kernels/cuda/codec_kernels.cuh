@@ -110,6 +110,10 @@ struct GroupLauncher {
       case 7: return Launch<3, true>();
       case 8: return Launch<4, false>();
       case 9: return Launch<4, true>();
+      case 10: return Launch<5, false>();
+      case 11: return Launch<5, true>();
+      case 12: return Launch<6, false>();
+      case 13: return Launch<6, true>();
       case 16: return Launch<8, false>();
       case 17: return Launch<8, true>();
       default: return cudaErrorInvalidValue;

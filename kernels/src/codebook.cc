@@ -163,7 +163,7 @@ Codebook Compute(int g, int bits) {
 }
 
 constexpr std::array<int, 6> kGroupSizes = {8, 16, 32, 64, 128, 256};
-constexpr std::array<int, 5> kBits = {1, 2, 3, 4, 8};
+constexpr std::array<int, 7> kBits = {1, 2, 3, 4, 5, 6, 8};
 
 int GroupIndex(int g) {
   for (size_t i = 0; i < kGroupSizes.size(); ++i) {
@@ -199,7 +199,7 @@ absl::StatusOr<const Codebook*> GetCodebook(int group_size, int bits) {
   const int bi = BitsIndex(bits);
   if (bi < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bits ", bits, " has no codebook; expected one of 1, 2, 3, 4, 8"));
+        absl::StrCat("bits ", bits, " has no codebook; expected one of 1, 2, 3, 4, 5, 6, 8"));
   }
   Cache& cache = GetCache();
   std::lock_guard<std::mutex> lock(cache.mu);

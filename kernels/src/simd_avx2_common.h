@@ -155,6 +155,8 @@ bool DispatchBitsAndGroup(int bits, int g, Fn fn) {
     case 2: return with_bits(std::integral_constant<int, 2>());
     case 3: return with_bits(std::integral_constant<int, 3>());
     case 4: return with_bits(std::integral_constant<int, 4>());
+    case 5: return with_bits(std::integral_constant<int, 5>());
+    case 6: return with_bits(std::integral_constant<int, 6>());
     case 8: return with_bits(std::integral_constant<int, 8>());
     default: return false;
   }

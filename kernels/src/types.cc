@@ -55,9 +55,9 @@ absl::Status ValidateSection(absl::string_view name, const SectionCodec& s, int 
     }
     return absl::OkStatus();
   }
-  if (!(s.bits >= 1 && s.bits <= 4) && s.bits != 8) {
+  if (!(s.bits >= 1 && s.bits <= 6) && s.bits != 8) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, ".bits ", s.bits, " is not supported; expected 1, 2, 3, 4, 8, 16 or 0 (raw)"));
+        name, ".bits ", s.bits, " is not supported; expected 1..6, 8, 16 or 0 (raw)"));
   }
   if (!IsPowerOfTwo(s.group_size) || s.group_size < 8 || s.group_size > 256) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -127,7 +127,7 @@ absl::StatusOr<std::vector<LayerCodec>> ResolveLayerCodecs(const CodecSpec& spec
 
 const std::vector<std::string>& PresetNames() {
   static const auto* names = new std::vector<std::string>{
-      "k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw"};
+      "k8v4", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw"};
   return *names;
 }
 
@@ -141,6 +141,18 @@ absl::StatusOr<CodecSpec> PresetSpec(std::string_view name, int head_dim) {
   if (name == "k8v4") {
     spec.key = {8, HeadGroup(head_dim), false};
     spec.value = {4, g(32), false};
+  } else if (name == "k6v5") {
+    // Issue 12: keys carry most of the loss (docs/architecture.md, "The codec", and
+    // bench/quality/README.md); 5 and 6 key bits at g = 32 put turbokv under fp8 and KIVI-4.
+    spec.key = {6, g(32), false};
+    spec.value = {5, g(32), false};
+  } else if (name == "k6v4") {
+    spec.key = {6, g(32), false};
+    spec.value = {4, g(32), false};
+  } else if (name == "k5v4") {
+    // V at g = 64 keeps the preset under KIVI-4's 5.0 bpv (5.5 + 4.25 bits / 2 + header).
+    spec.key = {5, g(32), false};
+    spec.value = {4, g(64), false};
   } else if (name == "k4v4-g32") {
     spec.key = {4, g(32), false};
     spec.value = {4, g(32), false};

@@ -720,6 +720,8 @@ bool DispatchGroupCodec(int g, int bits, bool qjl, F&& f) {
       case 2: return by_qjl(std::integral_constant<int, 2>{});
       case 3: return by_qjl(std::integral_constant<int, 3>{});
       case 4: return by_qjl(std::integral_constant<int, 4>{});
+      case 5: return by_qjl(std::integral_constant<int, 5>{});
+      case 6: return by_qjl(std::integral_constant<int, 6>{});
       case 8: return by_qjl(std::integral_constant<int, 8>{});
       default: return false;
     }

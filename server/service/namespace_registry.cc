@@ -50,9 +50,9 @@ v1::SectionCodec ToProto(const codec::SectionCodec& s) {
 
 absl::StatusOr<codec::SectionCodec> FromProto(const v1::SectionCodec& s, std::string_view field) {
   const uint32_t b = s.bits();
-  if (!(b == 0 || b == 1 || b == 2 || b == 3 || b == 4 || b == 8 || b == 16)) {
+  if (!(b <= 6 || b == 8 || b == 16)) {
     return FieldError(absl::StrCat("codec.", std::string(field), ".bits"),
-                      absl::StrCat(b, " is not one of 0 (raw), 1, 2, 3, 4, 8, 16"));
+                      absl::StrCat(b, " is not one of 0 (raw), 1..6, 8, 16"));
   }
   codec::SectionCodec out;
   out.bits = static_cast<int>(b);

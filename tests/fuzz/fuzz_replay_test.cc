@@ -42,6 +42,18 @@ std::vector<std::vector<uint8_t>> Seeds() {
   const absl::Status s = c.Encode(raw, absl::MakeSpan(packed));
   EXPECT_TRUE(s.ok()) << s;
   seeds.push_back(packed);
+  // 5- and 6-bit sections (issue 12's presets), after the older seeds so their files keep
+  // their names.
+  const std::pair<const char*, BlockShape> wide_bits[] = {
+      {"k5v4", {2, 3, 1, 64, DType::kFloat16}},
+      {"k6v5", {1, 2, 2, 32, DType::kBFloat16}},
+  };
+  for (const auto& [preset, shape] : wide_bits) {
+    BlockCodec w = *BlockCodec::Create(shape, *PresetSpec(preset, shape.head_dim), 7);
+    std::vector<uint8_t> p(w.packed_bytes());
+    EXPECT_TRUE(w.Encode(testing_util::RandomBlock(shape, 3), absl::MakeSpan(p)).ok());
+    seeds.push_back(p);
+  }
   return seeds;
 }
 

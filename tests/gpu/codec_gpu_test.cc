@@ -97,7 +97,7 @@ TEST_P(GpuMatchesCpu, PackedBytesAndDecodedValues) {
 
 INSTANTIATE_TEST_SUITE_P(
     Presets, GpuMatchesCpu,
-    testing::Combine(testing::Values("k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw"),
+    testing::Combine(testing::Values("k8v4", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw"),
                      testing::Values(8, 64, 96, 128, 256),
                      testing::Values(DType::kFloat16, DType::kBFloat16, DType::kFloat32)));
 
@@ -124,7 +124,7 @@ TEST_P(GpuConfigs, PackedBytesAndDecodedValues) {
 
 INSTANTIATE_TEST_SUITE_P(AllInstances, GpuConfigs,
                          testing::Combine(testing::Values(8, 16, 32, 64, 128, 256),
-                                          testing::Values(1, 2, 3, 4, 8), testing::Bool()));
+                                          testing::Values(1, 2, 3, 4, 5, 6, 8), testing::Bool()));
 
 TEST(GpuCodecTest, BadInputFailsOnlyItsBlock) {
   SKIP_WITHOUT_DEVICE();

@@ -58,6 +58,32 @@ TEST(FormatTest, GoldenBlock) {
   EXPECT_EQ(absl::BytesToHexString(std::string(packed.begin(), packed.end())), kGolden);
 }
 
+// 5- and 6-bit sections (section codec bits 5 and 6, FORMAT.md): the example's values with
+// K 5-bit g = 16 and V 6-bit g = 8, no protected layer.
+TEST(FormatTest, GoldenBlockFiveAndSixBits) {
+  CodecSpec spec;
+  spec.key = {5, 16, false};
+  spec.value = {6, 8, false};
+  absl::StatusOr<BlockCodec> c =
+      BlockCodec::Create({2, 2, 1, 16, DType::kFloat16}, spec, 0x1122334455667788ULL);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<uint8_t> packed(c->packed_bytes());
+  ASSERT_TRUE(c->Encode(ExampleRaw(), absl::MakeSpan(packed)).ok());
+  const std::string kGolden =
+      "544b564201000100887766554433221131766b6f6b727574316b7275746c6a710200020001001000"
+      "0100000000000504060300004c00000005040603050406034c00000084000000bc000000ac40ac44"
+      "511e33f462a74a09d948511e33f462a74a09d948a83e953ea84295422e093f34ed6e09664fa73bb9"
+      "2e093f34ed6e09664fa73bb9b344b3480baa16666c80394999930baa16666c80394999939442a342"
+      "9446a34692d9b6d7ddd6569aa6f8b34c92d9b6d7ddd6569aa6f8b34cbe82a95d7d85203b";
+  EXPECT_EQ(absl::BytesToHexString(std::string(packed.begin(), packed.end())), kGolden);
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa != CpuIsa::kScalar && DetectCpuIsa() < isa) continue;
+    std::vector<uint8_t> again(c->packed_bytes());
+    ASSERT_TRUE(c->Encode(ExampleRaw(), absl::MakeSpan(again), isa).ok());
+    EXPECT_EQ(again, packed) << static_cast<int>(isa);
+  }
+}
+
 TEST(FormatTest, ParsesItsOwnHeader) {
   const std::vector<uint8_t> packed = ExamplePacked();
   absl::StatusOr<PackedBlockInfo> info = ParsePackedBlock(packed);
@@ -123,8 +149,8 @@ TEST(FormatTest, SpecificHeaderErrors) {
   b[56] = 3;  // layer 0 K bits in the layer table disagree with the header's codec
   EXPECT_NE(message(b).find("layer 0"), std::string::npos);
   b = packed;
-  b[46] = 5;  // key bits 5
-  EXPECT_NE(message(b).find("key.bits 5"), std::string::npos);
+  b[46] = 7;  // key bits 7
+  EXPECT_NE(message(b).find("key.bits 7"), std::string::npos);
   b = packed;
   b[40] = 7;  // dtype
   EXPECT_NE(message(b).find("dtype"), std::string::npos);

@@ -229,7 +229,7 @@ TEST_P(WarpKernelMatchesCpu, PackedBytesAndDecodedValues) {
 
 INSTANTIATE_TEST_SUITE_P(
     Presets, WarpKernelMatchesCpu,
-    testing::Combine(testing::Values("k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw"),
+    testing::Combine(testing::Values("k8v4", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "raw"),
                      testing::Values(64, 96, 128, 256),
                      testing::Values(DType::kFloat16, DType::kBFloat16, DType::kFloat32)),
     [](const auto& info) {
@@ -252,7 +252,7 @@ TEST_P(WarpKernelConfigs, PackedBytesAndDecodedValues) {
 
 INSTANTIATE_TEST_SUITE_P(AllInstances, WarpKernelConfigs,
                          testing::Combine(testing::Values(8, 16, 32, 64, 128, 256),
-                                          testing::Values(1, 2, 3, 4, 8), testing::Bool()));
+                                          testing::Values(1, 2, 3, 4, 5, 6, 8), testing::Bool()));
 
 TEST(WarpKernelTest, OddShapesMatchCpu) {
   // head_dim 8 (g = 8), 80 (g = 16), one token; norm correction off.

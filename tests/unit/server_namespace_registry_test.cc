@@ -101,7 +101,7 @@ TEST(CanonicalizeTest, InvalidDescriptorsNameTheField) {
   expect_bad([](auto& d) { d.mutable_codec()->mutable_key()->set_bits(4); }, "codec");
   expect_bad(
       [](auto& d) {
-        d.mutable_codec()->mutable_key()->set_bits(5);
+        d.mutable_codec()->mutable_key()->set_bits(7);
         d.mutable_codec()->mutable_value()->set_bits(4);
       },
       "key.bits");

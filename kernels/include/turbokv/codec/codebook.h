@@ -53,7 +53,7 @@ inline int CodebookBucket(const Codebook& cb, float y) {
   return static_cast<int>(f);
 }
 
-// The codebook for group size g ∈ {8, 16, 32, 64, 128, 256} and b ∈ {1, 2, 3, 4, 8}.
+// The codebook for group size g ∈ {8, 16, 32, 64, 128, 256} and b ∈ {1, 2, 3, 4, 5, 6, 8}.
 // Computed on first use by Lloyd iteration on a 1,000,001-point grid of [0, 1] (the density is
 // symmetric), then cached for the life of the process; deterministic. Thread-safe.
 // InvalidArgument for any other (g, b).

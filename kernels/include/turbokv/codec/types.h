@@ -65,7 +65,7 @@ struct BlockShape {
 [[nodiscard]] absl::Status ValidateShape(const BlockShape& shape);
 
 // How the K (or V) section of one layer is stored.
-//   bits 1, 2, 3, 4, 8: TurboQuant-MSE (docs/architecture.md, "The codec") with `group_size`-coordinate
+//   bits 1..6, 8: TurboQuant-MSE (docs/architecture.md, "The codec") with `group_size`-coordinate
 //                       groups, one fp16 scale per group, optional QJL residual.
 //   bits 16:            every value as fp16 (protected layers); group_size is ignored.
 //   bits 0:             the raw source bytes, verbatim (the `raw` preset; bit-exact).
