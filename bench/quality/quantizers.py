@@ -14,6 +14,14 @@ already rounded to fp16 (the namespace dtype), to what the cache would hand back
   per channel over 32 consecutive tokens, values per token over 32 consecutive channels,
   min/max scale and zero-point in fp16. bpv = b + 2*16/32 = b + 1. KIVI's full-precision
   window of recent tokens is not emulated (the seeds found it does not move perplexity).
+* ``vllm-tq-*`` (emulated): vLLM's TurboQuant ``--kv-cache-dtype`` presets (``turboquant_k8v4``,
+  ``_4bit_nc``, ``_k3v4_nc``, ``_3bit_nc``; vLLM's ``TurboQuantConfig``) at their published
+  layout: keys TurboQuant-MSE with one fp16 norm per head vector (here the turbokv codec at
+  g = head_dim, norm correction on for ``_nc``, off for k8v4's FP8 keys, which are a plain e4m3
+  cast without rotation or scale), values uniform min/max per head vector (fp16 scale and zero
+  point), and the first and last 2 layers uncompressed (fp16; "boundary protection"). bpv:
+  key ``d*kb/8 + 2`` bytes (FP8: ``d``), value ``d*vb/8 + 4`` bytes per head vector and token,
+  slot rounded up to an even size; protected layers 16.
 * ``turbo3`` / ``turbo4``: the llama.cpp fork formats, emulated as one-norm-per-head codecs:
   the turbokv codec with g = head_dim (64 here) at 3 / 4 bits for K and V, norm correction on,
   no QJL, i.e. 3.25 / 4.25 bpv at head_dim 64 (3.125 / 4.125 at head_dim 128).
@@ -103,7 +111,8 @@ def _p(kb, vb, g=32, kq=False, vq=False, nc=True, kg=None, vg=None) -> CodecPara
 def all_rows() -> List[Row]:
     """Every row of the evaluation, in report order."""
     rows = [Row(p, "codec", "turbokv preset", preset=p)
-            for p in ("raw", "k8v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl")]
+            for p in ("raw", "k6v5", "k8v4", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32",
+                      "k3v2-g32-qjl")]
     # Ablations at 2 and 3 bits: norm correction on/off x QJL (on K, as the preset) on/off.
     # k3v3-g32 (correction on, no QJL) and k2qjl-v2-g32 (= k3v2-g32-qjl) are presets above.
     for b in (3, 2):
@@ -121,6 +130,12 @@ def all_rows() -> List[Row]:
     rows.append(Row("turbo4 (k4v4-g64)", "codec", "community (emulated)", params=_p(4, 4, 64),
                     note="llama.cpp-fork turbo4 emulated: one fp16 norm per 64-d head, 4-bit"))
     rows.append(Row("k3v3-g64-nonc", "codec", "turbokv ablation", params=_p(3, 3, 64, nc=False)))
+    for name, kb, vb, nc in VLLM_TQ:
+        rows.append(Row(name, "vllmtq", "community (emulated)", bits=kb * 10 + vb,
+                        params=_p(kb, vb, 64, nc=nc),
+                        note="vLLM TurboQuant preset emulated: K %s, V %d-bit min/max per "
+                             "vector, first/last 2 layers fp16" % (
+                                 "fp8 e4m3" if kb == 8 else "%d-bit TurboQuant g=d" % kb, vb)))
     rows.append(Row("fp8-e4m3", "fp8", "baseline", bits=8))
     rows.append(Row("kivi-4", "kivi", "baseline", bits=4))
     rows.append(Row("kivi-2", "kivi", "baseline", bits=2))
@@ -134,6 +149,20 @@ def all_rows() -> List[Row]:
 # added back after (kept in fp16: + 16 * head_dim bits per block, layer and KV head = +0.5 bpv
 # at 16-token blocks, +0.03 at 256); values as the codec. Not a format option yet.
 SEED2 = 0x5EED5EED5EED0002
+
+# vLLM's TurboQuant presets: (row name, key bits, value bits, norm correction).
+VLLM_TQ = [("vllm-tq k8v4 (emulated)", 8, 4, False), ("vllm-tq 4bit_nc (emulated)", 4, 4, True),
+           ("vllm-tq k3v4_nc (emulated)", 3, 4, True), ("vllm-tq 3bit_nc (emulated)", 3, 3, True)]
+VLLM_TQ_BOUNDARY = 2  # first and last layers kept uncompressed (capped at num_layers / 2)
+
+
+def vllm_tq_bpv(kb: int, vb: int, head_dim: int, num_layers: int) -> float:
+    key = head_dim if kb == 8 else -(-head_dim * kb // 8) + 2
+    slot = key + (-(-head_dim * vb // 8) + 4)
+    slot += slot % 2
+    n = min(VLLM_TQ_BOUNDARY, num_layers // 2)
+    packed = slot * 8.0 / (2 * head_dim)
+    return ((num_layers - 2 * n) * packed + 2 * n * 16.0) / num_layers
 
 
 def study_rows() -> List[Row]:
@@ -181,7 +210,12 @@ class LayerQuantizer:
         self.row = row
         self.L, self.H, self.D = num_layers, num_kv_heads, head_dim
         self._codecs: Dict[tuple, LocalCodec] = {}
-        if row.kind in ("codec", "centred"):
+        if row.kind == "vllmtq":
+            self.params = row.params
+            kb, vb = divmod(row.bits, 10)
+            self.bpv = vllm_tq_bpv(kb, vb, head_dim, num_layers)
+            self.packed_block_bytes = None
+        elif row.kind in ("codec", "centred"):
             self.params = row.codec_params(head_dim)
             ref = LocalCodec(num_layers, BLOCK_TOKENS, num_kv_heads, head_dim, self.params)
             self.bpv = ref.bits_per_value
@@ -219,6 +253,16 @@ class LayerQuantizer:
             block[layer, 1] = v
             out = c.decode(c.encode(block), "fp32", layers=(layer, layer + 1))
             return out[0, 0], out[0, 1]
+        if r.kind == "vllmtq":
+            n = min(VLLM_TQ_BOUNDARY, self.L // 2)
+            if layer < n or layer >= self.L - n:
+                return k, v  # boundary layers: fp16 (the inputs are fp16 already)
+            kb, vb = divmod(r.bits, 10)
+            if kb == 8:
+                kh = fp8_e4m3_round(k)
+            else:
+                kh, _ = self._codec_kv(layer, k, v)
+            return kh, _minmax_quant(v, vb, axis=2)
         if r.kind == "fp8":
             return fp8_per_tensor(k), fp8_per_tensor(v)
         if r.kind == "kivi":

@@ -76,9 +76,12 @@ def rows_of(part: dict, n_boot: int) -> List[dict]:
     return out
 
 
+DEFAULT_BOUND_PCT = 0.5  # issue 12: the default is the lowest-bpv preset within 0.5% (prefix reuse)
+
+
 def choose_default(rows: List[dict]) -> Optional[dict]:
     cands = [r for r in rows if r["protocol"] == "prefix_reuse" and r["family"] ==
-             "turbokv preset" and r["name"] != RAW and r["delta_ppl_pct"] <= 1.0]
+             "turbokv preset" and r["name"] != RAW and r["delta_ppl_pct"] <= DEFAULT_BOUND_PCT]
     return min(cands, key=lambda r: r["bpv"]) if cands else None
 
 
@@ -182,6 +185,19 @@ def _stats_md(stats: dict, all_rows: List[dict], where: str = "") -> List[str]:
                              c3["norm_ratio_per_layer_v"][l], c3on["norm_ratio_per_layer_v"][l],
                              klv("k3v3-g32-nonc", l), klv("k3v3-g32", l),
                              klv("turbo3 (k3v3-g64)", l), klv("fp8-e4m3", l), klv("kivi-2", l)))
+        lines.append("")
+    names = [n for n in kl if n != RAW]
+    if names:  # every row's attention KL per layer (keys quantized alone, layer by layer)
+        lines += ["Attention KL(exact ‖ quantized keys) per layer, nats per query, every row "
+                  "with KL (%s):" % ", ".join("`%s`" % n for n in names), "",
+                  "| layer | " + " | ".join(names) + " |",
+                  "| --- | " + " | ".join("---" for _ in names) + " |"]
+        nl = len(kl[names[0]]["attn_kl_per_layer"])
+        for l in range(nl):
+            lines.append("| %d | %s |" % (l, " | ".join(
+                "%.4f" % kl[n]["attn_kl_per_layer"][l] for n in names)))
+        lines.append("| mean | %s |" % " | ".join(
+            "%.4f" % float(np.mean(kl[n]["attn_kl_per_layer"])) for n in names))
         lines.append("")
     return lines
 
@@ -298,10 +314,10 @@ def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[st
     L.append("")
     if d:
         L += ["**Default preset**: `%s` — the lowest-bpv preset whose prefix-reuse "
-              "Δperplexity is ≤ 1%%: %.3f bpv, %s over %d tokens." % (
+              "Δperplexity is ≤ 0.5%%: %.3f bpv, %s over %d tokens." % (
                   d["name"], d["bpv"], _fmt_delta(d), d["tokens"]), ""]
     else:
-        L += ["**Default preset**: no lossy preset stays within 1% on prefix reuse.", ""]
+        L += ["**Default preset**: no lossy preset stays within 0.5% on prefix reuse.", ""]
     if by.get((RAW, "prefix_reuse")):
         L.append("`raw` through the server: Δppl %+.3f%% (per-window NLL identical to the "
                  "reference: %s)." % (by[(RAW, "prefix_reuse")]["delta_ppl_pct"],

@@ -145,11 +145,15 @@ class Server:
 # -- configuration -----------------------------------------------------------------------------
 def plan(args) -> Dict[str, int]:
     if args.quick:
-        return dict(prefix_windows=2, prefix_tokens=64, cont_tokens=64, all_windows=1,
-                    all_tokens=128, kl_windows=1)
-    return dict(prefix_windows=args.prefix_windows, prefix_tokens=args.prefix_tokens,
-                cont_tokens=args.cont_tokens, all_windows=args.all_windows,
-                all_tokens=args.all_tokens, kl_windows=args.kl_windows)
+        d = dict(prefix_windows=2, prefix_tokens=64, cont_tokens=64, all_windows=1,
+                 all_tokens=128, kl_windows=1)
+    else:
+        d = dict(prefix_windows=args.prefix_windows, prefix_tokens=args.prefix_tokens,
+                 cont_tokens=args.cont_tokens, all_windows=args.all_windows,
+                 all_tokens=args.all_tokens, kl_windows=args.kl_windows)
+    if BLOCK_TOKENS != 16:  # recorded only when not the default (old checkpoints stay valid)
+        d["block_tokens"] = BLOCK_TOKENS
+    return d
 
 
 def window_starts(n_tokens: int, length: int, count: int) -> List[int]:
@@ -531,6 +535,10 @@ def main(argv=None) -> int:
                     "into <parts>/all_kv.A-B.json (a helper; the report merges it)")
     ap.add_argument("--prefix-ablations", action="store_true",
                     help="also run the ablation rows in prefix_reuse (all_kv always runs them)")
+    ap.add_argument("--block-tokens", type=int, default=16,
+                    help="tokens per stored block: 16 (vLLM) or 256 (LMCache's chunk); sets the "
+                    "prefix_reuse blocks and every row's bpv (all_kv quantizes head vectors, "
+                    "which does not depend on it)")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     ap.add_argument("--protocol", choices=("both", "prefix_reuse", "all_kv"), default="both")
     ap.add_argument("--jobs", type=int, default=2, help="run the two protocols in parallel")
@@ -548,6 +556,9 @@ def main(argv=None) -> int:
                     help="continue the checkpoints in the parts directory (same plan)")
     ap.add_argument("--bootstrap", type=int, default=2000)
     args = ap.parse_args(argv)
+    global BLOCK_TOKENS
+    import quantizers
+    BLOCK_TOKENS = quantizers.BLOCK_TOKENS = args.block_tokens
     parts = args.parts_dir or os.path.join(args.out_dir, "quality_parts")
     os.makedirs(parts, exist_ok=True)
     command = "python bench/quality/run.py " + " ".join(shlex.quote(a) for a in
