@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -150,6 +151,9 @@ class ServerProcess {
     const std::string log = log_path();
     pid_ = fork();
     if (pid_ == 0) {
+      // The server goes with the test, also when the test is killed (a timeout); tied to the
+      // thread that calls Start(), so tests start servers on their main thread.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) {
         dup2(fd, 1);
