@@ -109,7 +109,7 @@ void GetBlocksReactor::Fail(const absl::Status& status) {
   abandoned_ = true;
 }
 
-void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
+bool GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved, bool cache_only) {
   auto batch = std::make_shared<Batch>();
   struct Job {
     size_t block;
@@ -125,8 +125,19 @@ void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
     std::vector<std::string_view> hashes;
     hashes.reserve(count);
     for (size_t i = begin; i < begin + count; ++i) hashes.push_back(request_.block_hashes(i));
-    absl::StatusOr<std::vector<std::optional<std::string>>> values =
-        ctx_->store->GetBlocks(ns_->id, hashes);
+    bool would_block = false;
+    absl::StatusOr<std::vector<std::optional<std::string>>> values;
+    if (cache_only) {
+      // Never throws into gRPC's thread: anything unusual goes the I/O pool's way.
+      try {
+        values = ctx_->store->GetBlocks(ns_->id, hashes, &would_block);
+      } catch (...) {
+        return false;
+      }
+      if (would_block || !values.ok()) return false;
+    } else {
+      values = ctx_->store->GetBlocks(ns_->id, hashes);
+    }
     if (!values.ok()) error = values.status();
     for (size_t j = 0; error.ok() && j < count; ++j) {
       const auto index = static_cast<uint32_t>(begin + j);
@@ -224,6 +235,7 @@ void GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved) {
     }
   }
   Pump(l);
+  return true;
 }
 
 void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t block,
@@ -339,6 +351,14 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
   to_release_ = 0;
   l.unlock();
   if (release != 0) ctx_->budget->Release(release);
+  if (start_write) StartWrite(&current_);
+  // PACKED replies need no decode: when RocksDB holds the blocks in memory (memtable, caches),
+  // they are read right here, without the hop to the I/O pool and back. The read cannot block
+  // (kBlockCacheTier); a batch that would is read on the pool as before.
+  if (start_fetch && encoding_ == v1::ENCODING_PACKED) {
+    const Ref self(this);  // a nested Pump may finish the call
+    if (Fetch(fetch_begin, fetch_count, fetch_reserved, /*cache_only=*/true)) return;
+  }
   if (start_fetch) {
     const bool queued = ctx_->io_pool->Submit(
         [self = Ref(this), fetch_begin, fetch_count, fetch_reserved] {
@@ -359,7 +379,6 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
       Pump(l2);
     }
   }
-  if (start_write) StartWrite(&current_);
   if (finish) Finish(scope_.Complete(status));
 }
 

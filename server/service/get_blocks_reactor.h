@@ -61,7 +61,10 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   struct Batch;
 
   [[nodiscard]] absl::Status Prepare(const grpc::ByteBuffer* request);
-  void Fetch(size_t begin, size_t count, uint64_t reserved);  // on the I/O pool
+  // Reads blocks [begin, begin + count) and queues their messages; on the I/O pool. With
+  // cache_only (PACKED replies, on any thread), it reads only what RocksDB holds in memory and
+  // returns false, having changed nothing, when that is not all of it: then run it on the pool.
+  bool Fetch(size_t begin, size_t count, uint64_t reserved, bool cache_only = false);
   // Decodes layers [layer_begin, layer_end) of batch->values[block] (request index `index`)
   // into `out`, which has room for exactly those layers.
   void DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, uint32_t index, char* out,

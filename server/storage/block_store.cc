@@ -530,7 +530,9 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
 }
 
 absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
-    uint64_t namespace_id, absl::Span<const std::string_view> hashes) {
+    uint64_t namespace_id, absl::Span<const std::string_view> hashes, bool* would_block) {
+  const bool cache_only = would_block != nullptr;
+  if (cache_only) *would_block = false;
   std::vector<std::optional<std::string>> out(hashes.size());
   std::vector<std::string> keys(hashes.size());
   std::vector<size_t> to_read;
@@ -560,6 +562,10 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
       all_bound &= e->checksum != 0;
     }
   }
+  if (cache_only && !expired.empty()) {
+    *would_block = true;  // deleting the expired blocks writes
+    return out;
+  }
   std::vector<std::string> corrupt;
   if (!to_read.empty()) {
     std::vector<rocksdb::Slice> slices;
@@ -574,11 +580,16 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
     // put time, which binds the bytes to their key as RocksDB's check did. Blocks whose
     // metadata predates the recorded checksum keep RocksDB's check.
     ro.verify_checksums = !all_bound;
+    if (cache_only) ro.read_tier = rocksdb::kBlockCacheTier;
     db_->MultiGet(ro, cf_blocks_, slices.size(), slices.data(), values.data(), statuses.data());
     for (size_t j = 0; j < to_read.size(); ++j) {
       const size_t i = to_read[j];
       // Deleted between the index check and the read: the deleter updates the index.
       if (statuses[j].IsNotFound()) continue;
+      if (cache_only && statuses[j].IsIncomplete()) {  // not in memory: needs I/O
+        *would_block = true;
+        return out;
+      }
       if (statuses[j].IsCorruption()) {
         corrupt.push_back(keys[i]);
         continue;
@@ -616,6 +627,10 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
         out[i] = std::string(value);
       }
     }
+  }
+  if (cache_only && !corrupt.empty()) {  // deleting the damaged blocks writes
+    *would_block = true;
+    return out;
   }
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -165,8 +165,14 @@ class BlockStore {
   // Reads blocks with one MultiGet. Each result is the verified value, or nullopt when the
   // block is missing, expired or failed verification (then deleted and counted). Releases
   // the blocks' leases and refreshes their recency and TTL. NotFound: unknown namespace.
+  //
+  // With would_block set, the read never does I/O (RocksDB's kBlockCacheTier: memtables and
+  // the blob/block caches only), so it may run on a thread that must not block. When a block
+  // is not all in memory, or is expired or fails verification (those need writes), it
+  // returns with *would_block = true and has changed nothing: read again without it.
   [[nodiscard]] absl::StatusOr<std::vector<std::optional<std::string>>> GetBlocks(
-      uint64_t namespace_id, absl::Span<const std::string_view> hashes);
+      uint64_t namespace_id, absl::Span<const std::string_view> hashes,
+      bool* would_block = nullptr);
 
   // Number of leading hashes of the prefix chain that are stored (index only, no value I/O).
   // Matched blocks become most recently used; with lease_seconds > 0 they are not evicted

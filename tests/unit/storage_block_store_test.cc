@@ -428,6 +428,45 @@ TEST_F(BlockStoreTest, TtlExpiresBlocksAfterLastPutOrGet) {
   EXPECT_EQ(Get(*s, kNs2, HashOf(0)), v);
 }
 
+// GetBlocks with would_block reads only what RocksDB holds in memory (the GetBlocks reactor
+// runs it on gRPC's threads) and, when that is not enough, changes nothing.
+TEST_F(BlockStoreTest, CacheOnlyGetNeverDoesIoAndChangesNothingWhenItWouldBlock) {
+  auto cache_only = [](BlockStore& s, uint64_t ns, const std::string& hash, bool* would_block) {
+    std::string_view h = hash;
+    auto r = s.GetBlocks(ns, absl::MakeConstSpan(&h, 1), would_block);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? (*r)[0] : std::nullopt;
+  };
+  const std::string v = MakeValue(kValueBytes, rng_);
+  {
+    auto s = Open(Options());
+    Register(*s, kNs);
+    Register(*s, kNs2, /*ttl=*/10);
+    ASSERT_TRUE(Put(*s, kNs, HashOf(0), v).ok());
+    ASSERT_TRUE(Put(*s, kNs2, HashOf(1), v).ok());
+    bool would_block = true;
+    EXPECT_EQ(cache_only(*s, kNs, HashOf(0), &would_block), v);  // in the memtable
+    EXPECT_FALSE(would_block);
+    would_block = true;
+    EXPECT_EQ(cache_only(*s, kNs, HashOf(99), &would_block), std::nullopt);  // a miss
+    EXPECT_FALSE(would_block);
+    // Expired: deleting it writes, so the cache-only read leaves it to a blocking one.
+    clock_.now += 11;
+    cache_only(*s, kNs2, HashOf(1), &would_block);
+    EXPECT_TRUE(would_block);
+    EXPECT_EQ(s->Stats().blocks, 2u);
+    EXPECT_EQ(Get(*s, kNs2, HashOf(1)), std::nullopt);
+    EXPECT_EQ(s->Stats().blocks, 1u);
+    EXPECT_EQ(s->Stats().expired_blocks, 1u);
+  }
+  // After a restart the value is in a blob file on disk: reading it needs I/O.
+  auto s = Open(Options());
+  bool would_block = false;
+  cache_only(*s, kNs, HashOf(0), &would_block);
+  EXPECT_TRUE(would_block);
+  EXPECT_EQ(Get(*s, kNs, HashOf(0)), v);
+}
+
 TEST_F(BlockStoreTest, DropNamespaceDeletesEverythingDurably) {
   {
     auto s = Open(Options());
