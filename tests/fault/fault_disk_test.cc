@@ -55,15 +55,6 @@ uint64_t FillDisk(const std::string& path) {
   return written;
 }
 
-uint64_t DirBytes(const std::string& dir) {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& f : fs::recursive_directory_iterator(dir, ec)) {
-    if (f.is_regular_file(ec) && f.path().filename() != "RESERVE") total += f.file_size(ec);
-  }
-  return total;
-}
-
 class Blocks {
  public:
   Blocks(client::Client& c, uint64_t ns, uint64_t raw_bytes) : c_(c), ns_(ns), raw_(raw_bytes) {}

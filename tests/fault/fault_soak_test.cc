@@ -47,15 +47,6 @@ uint64_t RssBytes(pid_t pid) {
   return 0;
 }
 
-uint64_t DirBytes(const std::string& dir) {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& f : fs::recursive_directory_iterator(dir, ec)) {
-    if (f.is_regular_file(ec) && f.path().filename() != "RESERVE") total += f.file_size(ec);
-  }
-  return total;
-}
-
 // The data directory's bytes by kind: "sst=.. blob=.. wal=.. other=..".
 std::string DirBreakdown(const std::string& dir) {
   std::map<std::string, uint64_t> by;

@@ -191,6 +191,16 @@ inline void Truncate(const std::string& path, uint64_t size) {
   ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(size)), 0) << path;
 }
 
+// Bytes of the regular files under `dir` (a data directory), without the disk-full RESERVE file.
+inline uint64_t DirBytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (f.is_regular_file(ec) && f.path().filename() != "RESERVE") total += f.file_size(ec);
+  }
+  return total;
+}
+
 }  // namespace turbokv::fault
 
 #endif  // TURBOKV_TESTS_FAULT_FAULT_UTIL_H_
