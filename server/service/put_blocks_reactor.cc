@@ -268,15 +268,20 @@ absl::Status PutBlocksReactor::CheckQuota() {
   if (ctx_->auth == nullptr) return absl::OkStatus();
   const uint64_t quota = ctx_->auth->QuotaBytes(caller_.tenant);
   if (quota == 0) return absl::OkStatus();
-  // What the tenant stores now plus what this stream has accepted and not committed yet plus
-  // this block: the check the stream's start made, repeated per block, so that one stream
-  // cannot overshoot by its own size. (Overwrites are counted as new bytes: conservative.)
+  // What the tenant stored when this stream's first block arrived plus every block this
+  // stream has stored, is storing or has accepted since, plus this block: the check the
+  // stream's start made, repeated per block, so that one stream cannot overshoot by its own
+  // size. The tenant's stored bytes are read once: read again per block they would already
+  // include a commit in flight that committing_blocks_ still counts (a block that fits refused
+  // early). (Overwrites are counted as new bytes, deletes during the stream not credited:
+  // conservative.)
   const uint64_t block = ns_->codec.packed_bytes();
-  uint64_t in_flight = committing_blocks_ * block;
+  if (!quota_base_.has_value()) quota_base_ = ctx_->registry->TenantStoredBytes(caller_.tenant);
+  const uint64_t stored = *quota_base_;
+  uint64_t in_flight = (stored_blocks_ + committing_blocks_) * block;
   for (const BlockPtr& p : pending_) {
     if (!p->failed) in_flight += block;
   }
-  const uint64_t stored = ctx_->registry->TenantStoredBytes(caller_.tenant);
   if (stored + in_flight + block <= quota) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "this tenant stores ", stored, " bytes (", in_flight,
@@ -546,6 +551,7 @@ void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks) {
       continue;
     }
     results_[b->index].set_stored_bytes(b->value().size());
+    ++stored_blocks_;
     held_bytes_ -= b->charge;
     to_release_ += b->charge;
     b->charge = 0;

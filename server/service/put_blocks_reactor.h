@@ -127,6 +127,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   int tasks_ = 0;                  // pool tasks in flight (encode, validate, commit)
   bool committing_ = false;
   uint64_t committing_blocks_ = 0;  // blocks of the commit in flight (counted by CheckQuota)
+  uint64_t stored_blocks_ = 0;      // blocks this stream has committed (counted by CheckQuota)
+  std::optional<uint64_t> quota_base_;  // the tenant's stored bytes at the first CheckQuota
   bool read_pending_ = false;
   bool paused_ = false;
   bool reading_done_ = false;
