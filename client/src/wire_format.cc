@@ -130,20 +130,8 @@ grpc::ByteBuffer SerializeWithData(const google::protobuf::MessageLite& fields, 
     grpc::Slice only(head);
     return grpc::ByteBuffer(&only, 1);
   }
-  for (uint64_t t = (static_cast<uint64_t>(data_field) << 3) | 2;; t >>= 7) {  // tag, then
-    if (t < 0x80) {
-      head.push_back(static_cast<char>(t));
-      break;
-    }
-    head.push_back(static_cast<char>((t & 0x7f) | 0x80));
-  }
-  for (uint64_t n = data.size();; n >>= 7) {  // the length, as varints
-    if (n < 0x80) {
-      head.push_back(static_cast<char>(n));
-      break;
-    }
-    head.push_back(static_cast<char>((n & 0x7f) | 0x80));
-  }
+  PutVarint(&head, (static_cast<uint64_t>(data_field) << 3) | 2);  // tag (length-delimited)
+  PutVarint(&head, data.size());                                   // then the length
   // One slice for both: the payload's single copy, and the header rides along.
   grpc::Slice out(head.size() + data.size());
   auto* at = const_cast<uint8_t*>(out.begin());
