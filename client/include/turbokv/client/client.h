@@ -67,7 +67,7 @@ enum class Encoding : int {
 
 // How one K (or V) section is stored (turbokv.v1.SectionCodec).
 struct SectionCodec {
-  uint32_t bits = 4;         // 1, 2, 3, 4, 8: TurboQuant; 16: fp16; 0: raw source bytes
+  uint32_t bits = 4;         // 1..6, 8: TurboQuant; 16: fp16; 0: raw source bytes
   uint32_t group_size = 32;  // power of two in [8, 256] dividing head_dim
   bool qjl = false;          // 1-bit QJL residual
 };

@@ -115,10 +115,15 @@ struct LayerCodec {
 
 // Presets (docs/architecture.md, "The codec"):
 //   k8v4          K 8-bit g = head_dim, V 4-bit g = 32        (~6.3 bpv at head_dim 128)
+//   k6v6          K 6-bit g = 32, V 6-bit g = 64              (6.375 bpv)
+//   k6v5          K 6-bit, V 5-bit, g = 32                     (6.0 bpv)
+//   k6v4          K 6-bit, V 4-bit, g = 32                     (5.5 bpv)
+//   k5v4          K 5-bit g = 32, V 4-bit g = 64              (4.875 bpv)
 //   k4v4-g32      K 4-bit, V 4-bit, g = 32                     (4.5 bpv)
 //   k4v3-g32      K 4-bit, V 3-bit, g = 32                     (4.0 bpv)
 //   k3v3-g32      K 3-bit, V 3-bit, g = 32                     (3.5 bpv)
 //   k3v2-g32-qjl  K 2-bit + QJL, V 2-bit, g = 32               (3.25 bpv)
+//   k3v2          K 3-bit g = 32, V 2-bit g = 64              (2.875 bpv)
 //   raw           stored verbatim in the source dtype          (16 bpv for fp16)
 // A preset's group size g becomes gcd(head_dim, g) when head_dim is not a multiple of it
 // (head_dim 80 -> 16; head_dim 8 -> 8), so every preset applies to every head_dim that is a
