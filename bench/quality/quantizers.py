@@ -111,8 +111,8 @@ def _p(kb, vb, g=32, kq=False, vq=False, nc=True, kg=None, vg=None) -> CodecPara
 def all_rows() -> List[Row]:
     """Every row of the evaluation, in report order."""
     rows = [Row(p, "codec", "turbokv preset", preset=p)
-            for p in ("raw", "k6v5", "k8v4", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32",
-                      "k3v2-g32-qjl")]
+            for p in ("raw", "k6v6", "k6v5", "k8v4", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32",
+                      "k3v3-g32", "k3v2-g32-qjl", "k3v2")]
     # Ablations at 2 and 3 bits: norm correction on/off x QJL (on K, as the preset) on/off.
     # k3v3-g32 (correction on, no QJL) and k2qjl-v2-g32 (= k3v2-g32-qjl) are presets above.
     for b in (3, 2):
@@ -167,6 +167,9 @@ def vllm_tq_bpv(kb: int, vb: int, head_dim: int, num_layers: int) -> float:
 
 def study_rows() -> List[Row]:
     return [
+        # Issue 12: the same bpv as turbo4 (k4v4-g64, 4.26) with the bit moved from V to K.
+        Row("k5v3-g64", "codec", "issue-12 study", params=_p(5, 3, 64),
+            note="K 5-bit, V 3-bit, g = 64: turbo4's bpv, one bit moved from V to K"),
         Row("k4v4-g32-seed2", "codec", "issue-12 study",
             params=dataclasses.replace(_p(4, 4, 32), rotation_seed=SEED2)),
         Row("turbo4-seed2 (k4v4-g64)", "codec", "issue-12 study",

@@ -39,7 +39,7 @@ def rows_of(part: dict, n_boot: int) -> List[dict]:
     k = int(part["windows_done"])
     if k == 0:
         return []
-    ref = np.asarray(part["ref"][:k], dtype=np.float64)
+    ref_all = np.asarray(part["ref"][:k], dtype=np.float64)
     plan = part["plan"]
     planned = plan["prefix_windows"] if proto == "prefix_reuse" else plan["all_windows"]
     out = []
@@ -49,8 +49,15 @@ def rows_of(part: dict, n_boot: int) -> List[dict]:
         entries.append((FP32, dict(name=FP32, family="reference", kind="fp32", bpv=32.0,
                                    nll=part["fp32"], count=c or [plan["cont_tokens"]] * k)))
     for name, m in entries:
-        nll = np.asarray(m["nll"][:k], dtype=np.float64)
-        cnt = np.asarray(m["count"][:k], dtype=np.float64)
+        # Rows can have fewer windows than the checkpoint (a row added to a resumed run, or
+        # seeded from an earlier one): each row is compared with the reference on its own
+        # windows, which are always the first ones.
+        kr = min(k, len(m["nll"]))
+        if kr == 0:
+            continue
+        nll = np.asarray(m["nll"][:kr], dtype=np.float64)
+        cnt = np.asarray(m["count"][:kr], dtype=np.float64)
+        ref = ref_all[:kr]
         tokens = int(cnt.sum())
         ppl = math.exp(nll.sum() / tokens)
         ref_ppl = math.exp(ref.sum() / tokens)
@@ -61,11 +68,11 @@ def rows_of(part: dict, n_boot: int) -> List[dict]:
         r = dict(name=name, protocol=proto, family=m.get("family", ""), kind=m.get("kind", ""),
                  bpv=round(float(m["bpv"]), 4), ppl=ppl, ref_ppl=ref_ppl,
                  delta_ppl_pct=delta, ci_low_pct=lo, ci_high_pct=hi, tokens=tokens,
-                 windows=k, partial=k < planned,
+                 windows=kr, partial=kr < planned,
                  exact_equal_to_reference=bool(np.array_equal(nll, ref)))
         for extra in ("note", "codec", "namespace_id", "server_bpv", "packed_block_bytes",
                       "server_equals_local_codec", "attn_kl_per_layer", "k_norm_ratio_per_layer",
-                      "v_norm_ratio_per_layer"):
+                      "v_norm_ratio_per_layer", "kl_windows"):
             if m.get(extra) is not None and m.get(extra) != "":
                 r[extra] = m[extra]
         if m.get("stored_values"):
@@ -202,6 +209,103 @@ def _stats_md(stats: dict, all_rows: List[dict], where: str = "") -> List[str]:
     return lines
 
 
+BASELINE_FAMILIES = ("baseline", "community (emulated)")
+
+
+def _delta_on(nll: np.ndarray, ref: np.ndarray, cnt: np.ndarray) -> float:
+    return float(np.expm1((nll.sum() - ref.sum()) / cnt.sum()) * 100.0)
+
+
+def bar_rows(part: dict, n_boot: int, seed: int = 12345) -> List[dict]:
+    """Issue 12's bar, per baseline row B of one protocol: the turbokv presets with bpv ≤ B's,
+    each compared with B on the windows both have (the first ``k``): the preset's Δppl with
+    its 95% CI, B's Δppl on the same windows, and the paired difference (preset − B) with its
+    95% CI. ``met``: the preset's upper CI end is at most B's point estimate."""
+    k_all = int(part["windows_done"])
+    ref_all = np.asarray(part["ref"][:k_all], dtype=np.float64)
+    rows = part["rows"]
+    out = []
+    for bn, b in rows.items():
+        if b.get("family") not in BASELINE_FAMILIES or not b["nll"]:
+            continue
+        cands = []
+        for tn, t in rows.items():
+            if t.get("family") != "turbokv preset" or tn == RAW or not t["nll"]:
+                continue
+            if float(t["bpv"]) > float(b["bpv"]):
+                continue
+            k = min(len(t["nll"]), len(b["nll"]), k_all)
+            if k < 2:
+                continue
+            T = np.asarray(t["nll"][:k], dtype=np.float64)
+            B = np.asarray(b["nll"][:k], dtype=np.float64)
+            ref, cnt = ref_all[:k], np.asarray(t["count"][:k], dtype=np.float64)
+            rng = np.random.default_rng(seed)
+            idx = rng.integers(0, k, size=(n_boot, k))
+            c = cnt[idx].sum(1)
+            dt = np.expm1((T[idx].sum(1) - ref[idx].sum(1)) / c) * 100.0
+            db = np.expm1((B[idx].sum(1) - ref[idx].sum(1)) / c) * 100.0
+            t_pt, b_pt = _delta_on(T, ref, cnt), _delta_on(B, ref, cnt)
+            hi = float(np.percentile(dt, 97.5))
+            cands.append(dict(protocol=part["protocol"], baseline=bn, baseline_bpv=float(b["bpv"]),
+                              preset=tn, preset_bpv=float(t["bpv"]), windows=k,
+                              tokens=int(cnt.sum()), preset_dppl_pct=t_pt,
+                              preset_ci_pct=[float(np.percentile(dt, 2.5)), hi],
+                              baseline_dppl_pct=b_pt,
+                              diff_pct=t_pt - b_pt,
+                              diff_ci_pct=[float(np.percentile(dt - db, 2.5)),
+                                           float(np.percentile(dt - db, 97.5))],
+                              met=hi <= b_pt))
+        if not cands:  # no preset is as cheap as B
+            cands.append(dict(protocol=part["protocol"], baseline=bn,
+                              baseline_bpv=float(b["bpv"]), preset=None, met=False,
+                              baseline_dppl_pct=_delta_on(
+                                  np.asarray(b["nll"][:k_all], dtype=np.float64),
+                                  ref_all[:len(b["nll"])],
+                                  np.asarray(b["count"][:k_all], dtype=np.float64))))
+        out += sorted(cands, key=lambda r: r.get("preset_bpv", 0.0))
+    return out
+
+
+def _bar_md(bars: List[dict]) -> List[str]:
+    """One line per (protocol, baseline): the cheapest preset that meets the bar, else the
+    preset that comes closest (smallest upper CI end minus the baseline's point)."""
+    if not bars:
+        return []
+    L = ["## Against each baseline (issue 12's bar)", "",
+         "Per protocol and baseline row B: among the turbokv presets with bpv ≤ B's, the "
+         "cheapest that **meets** the bar (its upper 95% CI end ≤ B's Δppl on the same "
+         "windows), else the one that comes closest; the paired difference (preset − B) with "
+         "its 95% CI. Every pair is in `quality_bar.json`.", "",
+         "| protocol | baseline (bpv) | preset (bpv) | windows | preset Δppl [95% CI] | "
+         "baseline Δppl | difference [95% CI] | met |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    keys = []
+    for r in bars:
+        if (r["protocol"], r["baseline"]) not in keys:
+            keys.append((r["protocol"], r["baseline"]))
+    for key in keys:
+        c = [r for r in bars if (r["protocol"], r["baseline"]) == key]
+        if c[0]["preset"] is None:
+            r = c[0]
+            L.append("| %s | %s (%.2f) | — (no preset at ≤ %.2f bpv) | — | — | %+.2f%% | — | no |"
+                     % (r["protocol"], r["baseline"], r["baseline_bpv"], r["baseline_bpv"],
+                        r["baseline_dppl_pct"]))
+            continue
+        met = [r for r in c if r["met"]]
+        r = min(met, key=lambda x: x["preset_bpv"]) if met else min(
+            c, key=lambda x: x["preset_ci_pct"][1] - x["baseline_dppl_pct"])
+        L.append("| %s | %s (%.2f) | %s (%.2f) | %d | %+.2f%% [%+.2f, %+.2f] | %+.2f%% | "
+                 "%+.2f [%+.2f, %+.2f] | %s |" % (
+                     r["protocol"], r["baseline"], r["baseline_bpv"], r["preset"],
+                     r["preset_bpv"], r["windows"], r["preset_dppl_pct"],
+                     r["preset_ci_pct"][0], r["preset_ci_pct"][1], r["baseline_dppl_pct"],
+                     r["diff_pct"], r["diff_ci_pct"][0], r["diff_ci_pct"][1],
+                     "**met**" if r["met"] else "no"))
+    L.append("")
+    return L
+
+
 def merge_helpers(main: Optional[dict], path: str) -> Optional[dict]:
     """Adds the windows of helper checkpoints ``all_kv.A-B.json`` (run.py --all-window-range)
     beside ``path`` to the main all_kv checkpoint. Window results are keyed by window index;
@@ -224,11 +328,12 @@ def merge_helpers(main: Optional[dict], path: str) -> Optional[dict]:
                 continue
             idx.append(wi)
             ref.append(h["ref"][j])
-            for n, m in rows.items():
-                m["nll"].append(h["rows"][n]["nll"][j])
-                m["count"].append(h["rows"][n]["count"][j])
+            for n, m in rows.items():  # a row the main checkpoint lacks windows of stops
+                if n in h["rows"] and len(m["nll"]) == len(idx) - 1:
+                    m["nll"].append(h["rows"][n]["nll"][j])
+                    m["count"].append(h["rows"][n]["count"][j])
     out = dict(main, ref=ref, rows=rows, windows_done=len(idx), window_indices=sorted(idx),
-               stats_windows=k)
+               stats_windows=main.get("stats_windows", k))
     return out
 
 
@@ -333,6 +438,13 @@ def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[st
     if ak.get("plan"):
         where = ": %s all_kv windows × %d tokens × 3 KV heads per layer; KL: first %s windows" % (
             meta["vector_stats_windows"], ak["plan"]["all_tokens"], ak.get("kl_windows_done"))
+    bars = []
+    for p in ("prefix_reuse", "all_kv"):
+        if parts.get(p) and parts[p].get("windows_done"):
+            bars += bar_rows(parts[p], n_boot)
+    with open(os.path.join(out_dir, "quality_bar.json"), "w") as f:
+        json.dump(bars, f, indent=1)
+    L += _bar_md(bars)
     L += _stats_md(stats, rows, where)
     if plot_err:
         L.append("Plot not written: %s" % plot_err)

@@ -186,8 +186,9 @@ def load(args):
 
 def _resume(args, part: dict, part_path: str, rows) -> int:
     """With --resume, continues a checkpoint of the same plan and windows: returns the windows
-    already done and fills ``part`` from it (rows not in the checkpoint are an error; rows no
-    longer selected are dropped)."""
+    already done and fills ``part`` from it. Selected rows the checkpoint lacks start with no
+    windows and are caught up window by window; rows not selected are kept as they are (not
+    computed further), so a resumed run never drops results."""
     if not args.resume or not os.path.exists(part_path):
         return 0
     with open(part_path) as f:
@@ -196,14 +197,20 @@ def _resume(args, part: dict, part_path: str, rows) -> int:
         log("checkpoint %s has another plan; starting over" % part_path)
         return 0
     k = int(old["windows_done"])
-    missing = [r.name for r in rows if r.name not in old["rows"]]
-    if missing and k:
-        raise SystemExit("--resume: rows %s are not in %s" % (missing, part_path))
-    keep = {r.name for r in rows} | {"fp32 (no KV rounding)"}
-    old["rows"] = {n: m for n, m in old["rows"].items() if n in keep}
+    fresh = part["rows"]
+    for n, m in fresh.items():  # rows new to the checkpoint: no windows yet (caught up)
+        old["rows"].setdefault(n, m)
     part.update(old)
-    log("resuming %s after %d windows" % (part["protocol"], k))
+    log("resuming %s after %d windows (%s)" % (part["protocol"], k, ", ".join(
+        "%s: %d" % (n, len(m["nll"])) for n, m in part["rows"].items())))
     return k
+
+
+def _rows_behind(part: dict, rows, wi: int):
+    """The rows whose checkpoint lacks window ``wi`` (a row added to a resumed checkpoint, or
+    one seeded from an earlier run with more windows, is computed only where it is missing;
+    windows are filled in order, so ``len(nll)`` is the next window a row needs)."""
+    return [r for r in rows if len(part["rows"][r.name]["nll"]) <= wi]
 
 
 def _row_meta(row, q) -> dict:
@@ -288,7 +295,12 @@ def run_prefix_reuse(args, model, ids, rows, part_path: str) -> None:
                                          if k not in ("nll", "count", "stored_bytes",
                                                       "stored_values",
                                                       "server_equals_local_codec")})
-        for wi in progress(range(done, n), n - done, "prefix_reuse"):
+        first = min([len(part["rows"][r.name]["nll"]) for r in rows] + [done])
+        stop = min(n, args.stop_after) if args.stop_after else n
+        for wi in progress(range(first, stop), max(0, stop - first), "prefix_reuse"):
+            todo = _rows_behind(part, rows, wi)
+            if not todo:
+                continue
             w = ids[starts[wi]:starts[wi] + P + C + 1]
             _, kv = model.prefill(w[:P], logits="last")
             kv16 = kv.astype(np.float16)
@@ -299,10 +311,11 @@ def run_prefix_reuse(args, model, ids, rows, part_path: str) -> None:
                 from forward import token_nll
                 return float(np.sum(token_nll(lg, targets)))
 
-            part["ref"].append(cont_nll(kv16))
+            if wi >= len(part["ref"]):
+                part["ref"].append(cont_nll(kv16))
             blocks = np.ascontiguousarray(
                 kv16.reshape(L, 2, nb, BLOCK_TOKENS, H, D).transpose(2, 0, 1, 3, 4, 5))
-            for r in rows:
+            for r in todo:
                 meta = part["rows"][r.name]
                 if r.kind == "codec":
                     hashes = PrefixHasher(ns[r.name]).block_hashes(w[:P], BLOCK_TOKENS)
@@ -321,7 +334,8 @@ def run_prefix_reuse(args, model, ids, rows, part_path: str) -> None:
                     if any(g is None for g in got):
                         raise RuntimeError("%s: GetBlocks returned a missing block" % r.name)
                     past = np.concatenate([np.asarray(g) for g in got], axis=2)
-                    if wi == 0:  # the server returns exactly the local codec's values
+                    if "server_equals_local_codec" not in meta:  # its first window: the
+                        # server returns exactly the local codec's values
                         lc = LocalCodec(L, BLOCK_TOKENS, H, D, quants[r.name].params,
                                         namespace_id=ns[r.name])
                         local = lc.decode(lc.encode(blocks[0]), "fp16")
@@ -335,7 +349,7 @@ def run_prefix_reuse(args, model, ids, rows, part_path: str) -> None:
                     past = quants[r.name].full_kv(kv16)
                 meta["nll"].append(cont_nll(past))
                 meta["count"].append(int(C))
-            part["windows_done"] = wi + 1
+            part["windows_done"] = max(part["windows_done"], wi + 1)
             write_json(part_path, part)
     finally:
         client.close()
@@ -458,25 +472,45 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
         for r in rows:
             m = part["rows"][r.name]
             if m.get("attn_kl_per_layer"):
-                kd = part["kl_windows_done"]
+                kd = int(m.get("kl_windows") or part["kl_windows_done"])
                 kl_acc[r.name] = np.asarray([m["attn_kl_per_layer"], m["k_norm_ratio_per_layer"],
                                              m["v_norm_ratio_per_layer"]]) * kd
+    part.setdefault("stats_windows", part["windows_done"] if acc else 0)
     if first:
         part["kl_windows_done"] = cfg["kl_windows"]  # KL belongs to the main process
         done = max(done, first)
-    for wi in progress(range(done, last), last - done, "all_kv"):
+    else:
+        done = min([len(part["rows"][r.name]["nll"]) for r in rows] + [done])
+    # KL windows per row: a row added to a resumed checkpoint gets its own over the same
+    # first windows (kl_acc holds sums over windows 0..kl_done[row]-1).
+    kl_done = {r.name: (int(part["rows"][r.name].get("kl_windows") or part["kl_windows_done"])
+                        if part["rows"][r.name].get("attn_kl_per_layer") else 0) for r in rows}
+    if args.stop_after:
+        last = min(last, args.stop_after)
+    for wi in progress(range(done, last), max(0, last - done), "all_kv"):
+        todo = rows + [fp32_row] if first else _rows_behind(part, rows + [fp32_row], wi)
+        if not todo:
+            continue
         w = ids[starts[wi]:starts[wi] + T]
         targets = w[1:]
-        keep_q = wi < cfg["kl_windows"] and wi >= part["kl_windows_done"]
-        lg, kv_ref, queries = forward(model, w, lambda l, k, v: (to16(k), to16(v)),
-                                      keep_queries=keep_q)
-        part["ref"].append(float(np.sum(token_nll(lg[:-1], targets))))
-        kv16 = kv_ref.astype(np.float16)
-        if not first:
+        kl_rows = [r for r in todo if r.kind != "fp32" and wi < cfg["kl_windows"]
+                   and kl_done.get(r.name, 0) == wi]
+        keep_q = bool(kl_rows) and not first
+        fresh_window = wi - first >= part["windows_done"]
+        stats_now = not first and fresh_window and not args.no_vector_stats
+        need_ref = wi - first >= len(part["ref"])
+        if need_ref or stats_now or keep_q:  # else the rows' forwards are all this window needs
+            lg, kv_ref, queries = forward(model, w, lambda l, k, v: (to16(k), to16(v)),
+                                          keep_queries=keep_q)
+            if need_ref:
+                part["ref"].append(float(np.sum(token_nll(lg[:-1], targets))))
+            kv16 = kv_ref.astype(np.float16)
+        if stats_now:
             _vector_stats(kv16, acc)
+            part["stats_windows"] = part.get("stats_windows", 0) + 1
         if keep_q:
             kqs = {}
-            for r in rows:
+            for r in kl_rows:
                 kq = quants[r.name].full_kv(kv16)
                 kqs[r.name] = kq[:, 0]
                 for l in range(L):
@@ -486,17 +520,19 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
                         kl_acc[r.name][1 + j, l] += float(np.mean(ny[nx > 0] / nx[nx > 0]))
             for l in range(L):
                 p = attention_probs(queries[l], kv_ref[l, 0], group)
-                for r in rows:
+                for r in kl_rows:
                     kl_acc[r.name][0, l] += attention_kl(p, attention_probs(
                         queries[l], kqs[r.name][l], group))
             del kqs
-            part["kl_windows_done"] = wi + 1
-            for r in rows:
+            part["kl_windows_done"] = max(part["kl_windows_done"], wi + 1)
+            for r in kl_rows:
+                kl_done[r.name] = wi + 1
                 a = kl_acc[r.name] / (wi + 1)
                 part["rows"][r.name].update(attn_kl_per_layer=a[0].tolist(),
                                             k_norm_ratio_per_layer=a[1].tolist(),
-                                            v_norm_ratio_per_layer=a[2].tolist())
-        for r in rows + [fp32_row]:
+                                            v_norm_ratio_per_layer=a[2].tolist(),
+                                            kl_windows=wi + 1)
+        for r in todo:
             q = quants[r.name]
             if r.kind == "fp32":
                 hook = None
@@ -508,12 +544,14 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
             meta = part["rows"][r.name]
             meta["nll"].append(float(np.sum(token_nll(lg_r[:-1], targets))))
             meta["count"].append(int(T - 1))
-        part["windows_done"] = wi + 1 - first
-        part["window_indices"] = list(range(first, wi + 1))
-        part["stats"] = _stats_json(acc)
-        part["stats_acc"] = {k: ({kk: vv.tolist() for kk, vv in v.items()} if isinstance(v, dict)
-                                 else (v.tolist() if isinstance(v, np.ndarray) else v))
-                             for k, v in acc.items()}
+        part["windows_done"] = max(part["windows_done"], wi + 1 - first)
+        part["window_indices"] = list(range(first, first + part["windows_done"]))
+        if acc:
+            part["stats"] = _stats_json(acc)
+            part["stats_acc"] = {k: ({kk: vv.tolist() for kk, vv in v.items()}
+                                     if isinstance(v, dict)
+                                     else (v.tolist() if isinstance(v, np.ndarray) else v))
+                                 for k, v in acc.items()}
         write_json(part_path, part)
     log("all_kv done: %d windows x %d tokens" % (n, T - 1))
 
@@ -554,6 +592,12 @@ def main(argv=None) -> int:
                     help="with --report-only: wall seconds of that run")
     ap.add_argument("--resume", action="store_true",
                     help="continue the checkpoints in the parts directory (same plan)")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="compute windows below this index only (the plan, hence the "
+                    "checkpoint, stays the full one; a later --resume continues it)")
+    ap.add_argument("--no-vector-stats", action="store_true",
+                    help="all_kv: skip the vector-level statistics (a resumed checkpoint keeps "
+                    "its own)")
     ap.add_argument("--bootstrap", type=int, default=2000)
     args = ap.parse_args(argv)
     global BLOCK_TOKENS
