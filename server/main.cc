@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "server/server.h"
 #include "server/server_options.h"
 #include "spdlog/spdlog.h"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
       turbokv::server::FormatByteSizeFlag(options.limits.max_codec_setup_bytes);
   std::string max_in_flight_bytes =
       turbokv::server::FormatByteSizeFlag(options.limits.max_in_flight_bytes);
+  std::string blob_cache = turbokv::server::FormatByteSizeFlag(options.storage.blob_cache_bytes);
   std::string default_tenant_quota =
       turbokv::server::FormatByteSizeFlag(options.auth.default_tenant_quota_bytes);
 
@@ -89,6 +91,9 @@ int main(int argc, char** argv) {
   add("--low-watermark", options.storage.low_watermark,
       "Evict least recently used, unleased blocks down to this fraction")
       ->check(CLI::Range(0.01, 1.0));
+  add("--blob-cache", blob_cache,
+      "RocksDB blob cache of the blocks (memory, at most --capacity): blocks a flush writes "
+      "and blocks read from disk stay in it, so recent blocks are read from memory; 0 = none");
   add("--durability", durability,
       "none: WAL off; wal: WAL, no fsync (survives a process crash); fsync: WAL fsync'ed before "
       "every ack")

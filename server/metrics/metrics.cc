@@ -72,6 +72,13 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
                   .Register(registry);
   get_blocks_found_ = &get.Add({{"result", "found"}});
   get_blocks_missing_ = &get.Add({{"result", "missing"}});
+  auto& reads = prometheus::BuildCounter()
+                    .Name("turbokv_get_block_reads_total")
+                    .Help("GetBlocks batch reads: inline = served from RocksDB's memory on the "
+                          "calling thread, pool = read on the I/O pool")
+                    .Register(registry);
+  get_reads_inline_ = &reads.Add({{"path", "inline"}});
+  get_reads_pool_ = &reads.Add({{"path", "pool"}});
 
   auto& codec_seconds = prometheus::BuildCounter()
                             .Name("turbokv_codec_seconds_total")
@@ -131,6 +138,8 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   namespaces_ = gauge("turbokv_namespaces", "Registered namespaces");
   rocksdb_sst_bytes_ = gauge("turbokv_rocksdb_sst_bytes", "RocksDB SST files, all column families");
   rocksdb_blob_bytes_ = gauge("turbokv_rocksdb_blob_bytes", "RocksDB blob files (BlobDB)");
+  rocksdb_blob_cache_bytes_ = gauge("turbokv_rocksdb_blob_cache_bytes",
+                                    "Bytes in RocksDB's blob cache (--blob-cache)");
   rocksdb_pending_compaction_bytes_ =
       gauge("turbokv_rocksdb_pending_compaction_bytes", "RocksDB estimated pending compaction");
   evictions_ = counter("turbokv_evictions_total", "Blocks evicted to stay under capacity");
@@ -214,6 +223,10 @@ void Metrics::RecordGetBlocks(uint64_t found, uint64_t missing) {
   get_blocks_missing_->Increment(static_cast<double>(missing));
 }
 
+void Metrics::RecordGetBlocksRead(bool inline_read) {
+  (inline_read ? get_reads_inline_ : get_reads_pool_)->Increment();
+}
+
 void Metrics::RecordCodec(CodecOp op, double seconds, uint64_t bytes) {
   RecordCodec(op, CodecPath::kCpu, seconds, bytes);
 }
@@ -241,6 +254,7 @@ void Metrics::UpdateStore(const StoreStats& stats, const DbStats& db) {
   namespaces_->Set(static_cast<double>(stats.namespaces.size()));
   rocksdb_sst_bytes_->Set(static_cast<double>(db.sst_bytes));
   rocksdb_blob_bytes_->Set(static_cast<double>(db.blob_bytes));
+  rocksdb_blob_cache_bytes_->Set(static_cast<double>(db.blob_cache_bytes));
   rocksdb_pending_compaction_bytes_->Set(static_cast<double>(db.pending_compaction_bytes));
   repair_access_->Set(stats.repair.access_rebuilt ? 1 : 0);
   repair_namespaces_->Set(stats.repair.namespaces_rebuilt ? 1 : 0);

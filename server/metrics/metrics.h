@@ -69,6 +69,9 @@ class Metrics {
   // Per-block PutBlocks outcome.
   void RecordPutBlock(absl::StatusCode code);
   void RecordGetBlocks(uint64_t found, uint64_t missing);
+  // One batch read of GetBlocks: inline (from RocksDB's memory, on the calling thread) or on
+  // the I/O pool (turbokv_get_block_reads_total{path}).
+  void RecordGetBlocksRead(bool inline_read);
   // Codec work on the CPU path.
   void RecordCodec(CodecOp op, double seconds, uint64_t bytes);
   // An exception caught by a reactor's or a pool task's barrier (a bug: that call failed with
@@ -103,6 +106,8 @@ class Metrics {
   std::array<std::atomic<prometheus::Counter*>, kNumStatusCodes> put_blocks_{};
   prometheus::Counter* get_blocks_found_;
   prometheus::Counter* get_blocks_missing_;
+  prometheus::Counter* get_reads_inline_;
+  prometheus::Counter* get_reads_pool_;
   // [path][op]; the kCuda row points at the kCpu one unless the selected backend is CUDA.
   std::array<std::array<prometheus::Counter*, kNumCodecOps>, 2> codec_seconds_{};
   std::array<std::array<prometheus::Counter*, kNumCodecOps>, 2> codec_bytes_{};
@@ -117,6 +122,7 @@ class Metrics {
   prometheus::Gauge* namespaces_;
   prometheus::Gauge* rocksdb_sst_bytes_;
   prometheus::Gauge* rocksdb_blob_bytes_;
+  prometheus::Gauge* rocksdb_blob_cache_bytes_;
   prometheus::Gauge* rocksdb_pending_compaction_bytes_;
   prometheus::Counter* evictions_;
   prometheus::Counter* evicted_bytes_;

@@ -139,6 +139,7 @@ bool GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved, bool
       values = ctx_->store->GetBlocks(ns_->id, hashes);
     }
     if (!values.ok()) error = values.status();
+    ctx_->metrics->RecordGetBlocksRead(cache_only);
     for (size_t j = 0; error.ok() && j < count; ++j) {
       const auto index = static_cast<uint32_t>(begin + j);
       std::optional<std::string>& value = (*values)[j];
@@ -281,6 +282,7 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
   const size_t total = static_cast<size_t>(request_.block_hashes_size());
   const bool stop = !error_.ok() || Abandoned();
   bool start_write = false;
+  bool write_and_finish = false;
   bool start_fetch = false;
   size_t fetch_begin = 0, fetch_count = 0;
   uint64_t fetch_reserved = 0;
@@ -297,6 +299,17 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
       m.data = Payload{};  // the slice in current_ keeps the bytes until gRPC has sent them
       writing_ = true;
       start_write = true;
+      // The call's last message goes out with its status in one operation (one batch, no
+      // OnWriteDone reaction before the Finish): a one-block reply costs one write, not two.
+      // Its budget bytes stay held until OnDone, when gRPC is done with the buffer.
+      if (b.next_message == b.messages.size() && batches_.size() == 1 && next_ >= total &&
+          tasks_ == 0 && ticket_ == 0 && granted_ == 0 && !finished_) {
+        finished_ = true;
+        write_and_finish = true;
+        batches_.clear();
+        to_release_ += held_bytes_ - current_bytes_;
+        held_bytes_ = current_bytes_;
+      }
     }
   }
   if (granted_ != 0 && stop) {  // budget granted to a call that is over
@@ -351,7 +364,11 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
   to_release_ = 0;
   l.unlock();
   if (release != 0) ctx_->budget->Release(release);
-  if (start_write) StartWrite(&current_);
+  if (write_and_finish) {
+    StartWriteAndFinish(&current_, grpc::WriteOptions(), scope_.Complete(absl::OkStatus()));
+  } else if (start_write) {
+    StartWrite(&current_);
+  }
   // PACKED replies need no decode: when RocksDB holds the blocks in memory (memtable, caches),
   // they are read right here, without the hop to the I/O pool and back. The read cannot block
   // (kBlockCacheTier); a batch that would is read on the pool as before.
@@ -395,6 +412,18 @@ void GetBlocksReactor::OnWriteDone(bool ok) {
     Fail(CaughtException(ctx_, "GetBlocks OnWriteDone", std::current_exception()));
   }
   Pump(l);
+}
+
+void GetBlocksReactor::OnDone() {
+  // A call that ended with StartWriteAndFinish still holds its last message's bytes.
+  uint64_t release = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    release = held_bytes_;
+    held_bytes_ = 0;
+  }
+  if (release != 0) ctx_->budget->Release(release);
+  ReleaseGrpcRef();
 }
 
 void GetBlocksReactor::OnCancel() {

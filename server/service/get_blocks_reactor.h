@@ -22,6 +22,9 @@
 // queue), UNAVAILABLE (shutdown), INTERNAL (a verified block that does not decode; a bug
 // caught by the exception barrier). A missing, expired or corrupt block is a `found: false`
 // message.
+//
+// The last message of a call is written together with the call's status
+// (StartWriteAndFinish): a reply of one message is one write operation.
 #ifndef TURBOKV_SERVER_SERVICE_GET_BLOCKS_REACTOR_H_
 #define TURBOKV_SERVER_SERVICE_GET_BLOCKS_REACTOR_H_
 
@@ -53,7 +56,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override { ReleaseGrpcRef(); }
+  void OnDone() override;
 
  private:
   using Ref = ReactorRef<GetBlocksReactor>;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
@@ -140,8 +141,9 @@ absl::Status BlockStore::OpenDb() {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DBOptions db_options = format::DbOptions(options_);
   sst_file_manager_ = db_options.sst_file_manager;
+  blob_cache_ = format::NewBlobCache(options_);
   rocksdb::Status s = rocksdb::DB::Open(db_options, options_.data_dir,
-                                        format::Descriptors(options_), &handles, &db_);
+                                        format::Descriptors(options_, blob_cache_), &handles, &db_);
   TURBOKV_RETURN_IF_ERROR(FromRocksDb(s, absl::StrCat("open ", options_.data_dir)));
   cf_default_ = handles[format::kDefault];
   cf_blocks_ = handles[format::kBlocks];
@@ -960,6 +962,7 @@ DbStats BlockStore::GetDbStats() const {
       d.pending_compaction_bytes += v;
     }
   }
+  if (blob_cache_ != nullptr) d.blob_cache_bytes = blob_cache_->GetUsage();
   return d;
 }
 

@@ -66,6 +66,7 @@
 #include "server/storage/storage_options.h"
 
 namespace rocksdb {
+class Cache;
 class DB;
 class SstFileManager;
 class ColumnFamilyHandle;
@@ -127,6 +128,7 @@ struct DbStats {
   uint64_t sst_bytes = 0;                 // rocksdb.total-sst-files-size, all column families
   uint64_t blob_bytes = 0;                // rocksdb.total-blob-file-size
   uint64_t pending_compaction_bytes = 0;  // rocksdb.estimate-pending-compaction-bytes
+  uint64_t blob_cache_bytes = 0;          // in the blob cache (StorageOptions::blob_cache_bytes)
 };
 
 // Checks one stored value before it is returned (the server passes the codec's
@@ -234,6 +236,7 @@ class BlockStore {
   rocksdb::ColumnFamilyHandle* cf_namespaces_copy_ = nullptr;
   RepairReport repair_;  // set by OpenDb
   std::shared_ptr<rocksdb::SstFileManager> sst_file_manager_;
+  std::shared_ptr<rocksdb::Cache> blob_cache_;  // null when disabled
   std::atomic<bool> needs_resume_{false};
 
   // At most one log line per interval for events that can come per block (a flood of

@@ -43,6 +43,13 @@ struct StorageOptions {
   // disk succeeds); at most 1/8 of the filesystem, taken again once the disk has 4x the
   // reserve free. 0 disables it. Default: 64 MiB.
   uint64_t disk_reserve_bytes = uint64_t{64} << 20;
+  // RocksDB blob cache (one LRU cache) of the blocks column family, in bytes: blocks are put
+  // into it when a flush writes them to a blob file (prepopulate_blob_cache = kFlushOnly) and
+  // when a read fetches them from one, so recently written or read blocks are served from
+  // memory (a PACKED GetBlocks of them runs on the calling thread, no hop to the I/O pool).
+  // Memory on top of the memtables, at most capacity_bytes (a larger cache could never fill);
+  // its use is turbokv_rocksdb_blob_cache_bytes. 0 disables it. Default: 64 MiB.
+  uint64_t blob_cache_bytes = uint64_t{64} << 20;
   // Period of the maintenance pass (TTL expiry, persisting batched access times), in
   // milliseconds. 0 disables the background thread (tests call RunMaintenance()).
   // Default: 1000.

@@ -1,7 +1,9 @@
 #include "server/storage/store_format.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "rocksdb/cache.h"
 #include "rocksdb/env.h"
 #include "rocksdb/sst_file_manager.h"
 
@@ -36,7 +38,18 @@ rocksdb::DBOptions DbOptions(const StorageOptions& options) {
   return db_options;
 }
 
-rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptions& options) {
+std::shared_ptr<rocksdb::Cache> NewBlobCache(const StorageOptions& options) {
+  const uint64_t bytes = std::min(options.blob_cache_bytes, options.capacity_bytes);
+  if (bytes == 0) return nullptr;
+  rocksdb::LRUCacheOptions lru;
+  lru.capacity = bytes;
+  // Blobs of ~0.1-8 MiB: few shards, so one shard (capacity / 2^bits) still holds many.
+  lru.num_shard_bits = 2;
+  return rocksdb::NewLRUCache(lru);
+}
+
+rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptions& options,
+                                       std::shared_ptr<rocksdb::Cache> blob_cache) {
   rocksdb::ColumnFamilyOptions cf;
   cf.compression = rocksdb::kNoCompression;
   if (name == kCfBlocks) {
@@ -51,15 +64,22 @@ rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptio
     // Blob files at least half garbage are compacted whatever their age: deleted and evicted
     // blocks give their disk space back instead of staying on disk as uncounted garbage.
     cf.blob_garbage_collection_force_threshold = 0.5;
+    if (blob_cache != nullptr) {
+      cf.blob_cache = std::move(blob_cache);
+      // A KV block is most often read soon after it was written (the next request of the same
+      // prefix): a flush leaves the blocks it writes in memory.
+      cf.prepopulate_blob_cache = rocksdb::PrepopulateBlobCache::kFlushOnly;
+    }
   }
   return cf;
 }
 
-std::vector<rocksdb::ColumnFamilyDescriptor> Descriptors(const StorageOptions& options) {
+std::vector<rocksdb::ColumnFamilyDescriptor> Descriptors(
+    const StorageOptions& options, const std::shared_ptr<rocksdb::Cache>& blob_cache) {
   std::vector<rocksdb::ColumnFamilyDescriptor> d;
   for (const char* name : {rocksdb::kDefaultColumnFamilyName.c_str(), kCfBlocks, kCfMeta,
                            kCfAccess, kCfNamespaces, kCfNamespacesCopy}) {
-    d.emplace_back(name, CfOptions(name, options));
+    d.emplace_back(name, CfOptions(name, options, blob_cache));
   }
   return d;
 }

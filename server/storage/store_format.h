@@ -5,10 +5,12 @@
 #define TURBOKV_SERVER_STORAGE_STORE_FORMAT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "server/storage/storage_options.h"
@@ -77,10 +79,15 @@ uint64_t WriteBufferBytes(const StorageOptions& options);
 // The RocksDB options every open of the data directory uses (paranoid checks on; the repair
 // path turns them off for its first look at a damaged directory).
 rocksdb::DBOptions DbOptions(const StorageOptions& options);
-// Options of the named column family.
-rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptions& options);
+// Options of the named column family. `blob_cache` (may be null: none) becomes the blocks
+// family's blob cache, prepopulated at flush.
+rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptions& options,
+                                       std::shared_ptr<rocksdb::Cache> blob_cache = nullptr);
 // Descriptors in CfIndex order.
-std::vector<rocksdb::ColumnFamilyDescriptor> Descriptors(const StorageOptions& options);
+std::vector<rocksdb::ColumnFamilyDescriptor> Descriptors(
+    const StorageOptions& options, const std::shared_ptr<rocksdb::Cache>& blob_cache = nullptr);
+// The blob cache options.blob_cache_bytes asks for (min with capacity_bytes); null when 0.
+std::shared_ptr<rocksdb::Cache> NewBlobCache(const StorageOptions& options);
 
 }  // namespace turbokv::server::format
 

@@ -34,9 +34,10 @@ constexpr uint64_t kInFlight = 32 * kMiB;
 // + 4 x write buffer (blocks memtable capacity/16, 2 per family while flushing, and the small
 //           families' memtables, which the WAL limit of 2 x write buffer flushes)
 // + kCapacity (the in-memory index is smaller than the charged bytes it describes)
+// + kCapacity (the blob cache: --blob-cache, at most the capacity)
 // + 64 MiB  slack (codec scratch per worker, fragmentation)
 constexpr uint64_t kRssBound =
-    64 * kMiB + kInFlight + 48 * kMiB + 4 * (kCapacity / 16) + kCapacity + 64 * kMiB;
+    64 * kMiB + kInFlight + 48 * kMiB + 4 * (kCapacity / 16) + 2 * kCapacity + 64 * kMiB;
 
 uint64_t RssBytes(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");

@@ -1,6 +1,7 @@
 // BlockStore on a real RocksDB in a temporary directory, with random values that carry the
 // packed-block checksum trailer and a fake clock for leases and TTL.
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -460,11 +461,68 @@ TEST_F(BlockStoreTest, CacheOnlyGetNeverDoesIoAndChangesNothingWhenItWouldBlock)
     EXPECT_EQ(s->Stats().expired_blocks, 1u);
   }
   // After a restart the value is in a blob file on disk: reading it needs I/O.
-  auto s = Open(Options());
+  {
+    auto s = Open(Options());
+    bool would_block = false;
+    cache_only(*s, kNs, HashOf(0), &would_block);
+    EXPECT_TRUE(would_block);
+    EXPECT_EQ(s->GetDbStats().blob_cache_bytes, 0u);
+    EXPECT_EQ(Get(*s, kNs, HashOf(0)), v);
+    // That read left it in the blob cache (StorageOptions::blob_cache_bytes): from memory now.
+    EXPECT_GE(s->GetDbStats().blob_cache_bytes, v.size());
+    would_block = true;
+    EXPECT_EQ(cache_only(*s, kNs, HashOf(0), &would_block), v);
+    EXPECT_FALSE(would_block);
+  }
+  // Without a blob cache, every read of a flushed block needs I/O.
+  StorageOptions no_cache = Options();
+  no_cache.blob_cache_bytes = 0;
+  auto s = Open(no_cache);
+  EXPECT_EQ(Get(*s, kNs, HashOf(0)), v);
   bool would_block = false;
   cache_only(*s, kNs, HashOf(0), &would_block);
   EXPECT_TRUE(would_block);
-  EXPECT_EQ(Get(*s, kNs, HashOf(0)), v);
+  EXPECT_EQ(s->GetDbStats().blob_cache_bytes, 0u);
+}
+
+// A flush leaves the blocks it writes to blob files in the blob cache (kFlushOnly): read
+// from memory after the flush, with the cache bounded by its capacity.
+TEST_F(BlockStoreTest, FlushedBlocksStayInTheBoundedBlobCache) {
+  StorageOptions o = Options(/*capacity=*/uint64_t{16} << 20);  // 1 MiB memtable
+  o.blob_cache_bytes = uint64_t{4} << 20;
+  auto s = Open(o);
+  Register(*s, kNs);
+  std::vector<std::string> values;
+  for (int i = 0; i < 400; ++i) {  // 4 MB: several flushes
+    values.push_back(MakeValue(kValueBytes, rng_));
+    ASSERT_TRUE(Put(*s, kNs, HashOf(i), values.back()).ok());
+  }
+  // Flushes run in the background: wait for the first block to leave the memtable.
+  for (int i = 0; i < 200 && s->GetDbStats().blob_cache_bytes == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const DbStats db = s->GetDbStats();
+  EXPECT_GT(db.blob_bytes, 0u);
+  EXPECT_GT(db.blob_cache_bytes, 0u);
+  EXPECT_LE(db.blob_cache_bytes, o.blob_cache_bytes);
+  // The most recently flushed blocks are read from memory (the oldest may have been evicted
+  // from the 4 MiB cache); every read returns the right bytes.
+  int from_memory = 0;
+  for (int i = 0; i < 400; ++i) {
+    const std::string hash = HashOf(i);
+    std::string_view h = hash;
+    bool would_block = false;
+    auto r = s->GetBlocks(kNs, absl::MakeConstSpan(&h, 1), &would_block);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (!would_block) {
+      ++from_memory;
+      EXPECT_EQ((*r)[0], values[i]) << i;
+    }
+    EXPECT_EQ(Get(*s, kNs, HashOf(i)), values[i]) << i;
+  }
+  EXPECT_GE(from_memory, 200);  // at least the memtable and most of the cache
+  EXPECT_EQ(s->Stats().checksum_failures, 0u);
+  EXPECT_EQ(s->Stats().blocks, 400u);
 }
 
 TEST_F(BlockStoreTest, DropNamespaceDeletesEverythingDurably) {
