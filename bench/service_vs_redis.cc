@@ -5,6 +5,8 @@
 //       --shape L,H,D,T (fp16 [L][2][T][H][D] blocks) | --kv KV.npy --block-tokens T
 //       [--encoding raw|packed] [--concurrency C] [--seconds S] [--preset P] [--tag TEXT]
 //
+// turbokv's client has one connection per worker (ClientOptions::connections), as Redis's side
+// has one per worker; --connections 1 shares one.
 // put: each worker stores one block per call under its own ring of keys (bounded memory:
 //      rewrites recycle the keys), turbokv PutBlocks RAW (the server encodes) or Redis SET.
 // get: a working set is stored first (not timed); each worker then fetches one random block
@@ -40,6 +42,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "kv_layout.h"
 #include "npy.h"
@@ -62,6 +65,7 @@ struct Args {
   std::string preset = "k4v4-g32";
   std::string tag;
   int server_pid = 0;
+  int connections = 0;  // 0: one per worker, as the Redis side has
 };
 
 // CPU seconds (user + system) of this process.
@@ -196,6 +200,9 @@ void Die(const absl::Status& s, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As turbokv-server does (server/main.cc): no debug-mode deadlock detection on the absl
+  // mutexes inside the gRPC client.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   Args a;
@@ -212,6 +219,10 @@ int main(int argc, char** argv) {
   app.add_option("--preset", a.preset);
   app.add_option("--tag", a.tag, "distinguishes the keys of runs");
   app.add_option("--server-pid", a.server_pid, "report this process's CPU over the timed part");
+  app.add_option("--connections", a.connections,
+                 "turbokv client connections (ClientOptions::connections); 0 = one per worker, "
+                 "as Redis gets one per worker")
+      ->check(CLI::Range(0, 64));
   CLI11_PARSE(app, argc, argv);
 
   tc::NamespaceDescriptor d;
@@ -247,8 +258,11 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<tc::Client> client;
   uint64_t ns = 0;
+  const int workers = a.phase == "prefix" || a.phase == "lookup" ? 1 : a.concurrency;
   if (a.system == "turbokv") {
-    auto c = tc::Client::Connect(a.target);
+    tc::ClientOptions options;
+    options.connections = a.connections > 0 ? a.connections : std::clamp(workers, 1, 64);
+    auto c = tc::Client::Connect(a.target, options);
     if (!c.ok()) Die(c.status(), "connect");
     client = *std::move(c);
     auto info = client->RegisterNamespace(d);
@@ -343,7 +357,6 @@ int main(int argc, char** argv) {
     }
   };
   std::vector<std::thread> threads;
-  const int workers = a.phase == "prefix" || a.phase == "lookup" ? 1 : a.concurrency;
   for (int w = 0; w < workers; ++w) threads.emplace_back(worker, w);
   for (auto& t : threads) t.join();
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);

@@ -3,6 +3,7 @@
 #
 #   bash bench/service_vs_redis.sh [--runs 3] [--seconds 3] [--profile] [--out DIR]
 #       [--sizes 2m,368k,8m] [--concurrency 1,4,8] [--skip-prefix] [--skip-lookup]
+#       [--connections N]
 #
 # Starts turbokv-server (k4v4-g32, --durability wal) and redis-server twice (no persistence;
 # AOF appendfsync everysec), then for 2 MiB (Llama-3-8B block: L32 H8 D128, 16 tokens),
@@ -14,6 +15,8 @@
 # the runs and the turbokv / Redis ratio per cell. --profile records the server's CPU with
 # perf per phase (one extra pass) and prints where its cycles go.
 # --sizes / --concurrency / --skip-* run a subset (quick checks; the table shows nan elsewhere).
+# turbokv's client opens one connection per worker, as Redis's side does; --connections N
+# fixes the count (1: every worker shares one).
 # Needs: build/ (tools/setup.sh), redis-server, perf for --profile. Prints the machine's load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +29,7 @@ SIZES="2m 368k 8m"
 CONCS="1 4 8"
 PREFIX=1
 LOOKUP=1
+CONNECTIONS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
@@ -36,6 +40,8 @@ while [ $# -gt 0 ]; do
     --concurrency) CONCS=${2//,/ }; shift 2 ;;
     --skip-prefix) PREFIX=0; shift ;;
     --skip-lookup) LOOKUP=0; shift ;;
+    --connections) CONNECTIONS=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -99,7 +105,7 @@ cell() {  # run system target phase encoding size concurrency label
   # shellcheck disable=SC2046
   "$BENCH" --system "$system" --target "$target" --phase "$phase" --encoding "$enc" \
     --concurrency "$conc" --seconds "$SECONDS_PER_CELL" --tag "$label-$run-$size-$conc" \
-    --server-pid "$pid" $(shape_args "$size") | sed "s/^{/{\"run\": $run, \"label\": \"$label\", \"size\": \"$size\", /" >> "$RESULTS"
+    --server-pid "$pid" --connections "$CONNECTIONS" $(shape_args "$size") | sed "s/^{/{\"run\": $run, \"label\": \"$label\", \"size\": \"$size\", /" >> "$RESULTS"
   [ "$system" = redis ] && redis-cli -p "${target##*:}" flushall > /dev/null
   return 0
 }

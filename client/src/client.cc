@@ -4,6 +4,7 @@
 #include <grpcpp/impl/client_unary_call.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -88,6 +89,10 @@ absl::Status ClientOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("max_chunk_bytes ", max_chunk_bytes, " is outside [1024, 1048576]"));
   }
+  if (connections < 1 || connections > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("connections ", connections, " is outside [1, 64]"));
+  }
   if (max_receive_message_bytes < (2 << 20)) {
     return absl::InvalidArgumentError("max_receive_message_bytes must be >= 2 MiB");
   }
@@ -150,18 +155,32 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
 }  // namespace
 
 struct Client::Impl {
+  // One gRPC channel (one connection) and its methods.
+  struct Connection {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::TurboKV::Stub> stub;
+    // GetBlocks read as raw byte buffers (wire_format.h): chunks are parsed from gRPC's
+    // receive slices and appended to their blocks without a copy into a message first.
+    std::unique_ptr<grpc::internal::RpcMethod> get_blocks_raw;
+    // PutBlocks written as raw byte buffers: a chunk is copied once, from the caller's block
+    // into the outgoing slice (a protobuf message would copy it twice).
+    std::unique_ptr<grpc::internal::RpcMethod> put_blocks_raw;
+    // Lookup's request serialized straight from the caller's hashes (no message of 1,000
+    // strings).
+    std::unique_ptr<grpc::internal::RpcMethod> lookup_raw;
+  };
+
   ClientOptions options;
   std::string authorization;  // "Bearer <token>", or empty
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::TurboKV::Stub> stub;
-  // GetBlocks read as raw byte buffers (wire_format.h): chunks are parsed from gRPC's receive
-  // slices and appended to their blocks without a copy into a message first.
-  std::unique_ptr<grpc::internal::RpcMethod> get_blocks_raw;
-  // PutBlocks written as raw byte buffers: a chunk is copied once, from the caller's block
-  // into the outgoing slice (a protobuf message would copy it twice).
-  std::unique_ptr<grpc::internal::RpcMethod> put_blocks_raw;
-  // Lookup's request serialized straight from the caller's hashes (no message of 1,000 strings).
-  std::unique_ptr<grpc::internal::RpcMethod> lookup_raw;
+  std::vector<Connection> connections;  // options.connections of them
+  mutable std::atomic<size_t> next_connection{0};
+
+  // The connection of the next call (round-robin).
+  const Connection& Pick() const {
+    if (connections.size() == 1) return connections[0];
+    return connections[next_connection.fetch_add(1, std::memory_order_relaxed) %
+                       connections.size()];
+  }
 
   absl::Time Deadline(const CallOptions& call) const {
     return absl::Now() + (call.timeout > absl::ZeroDuration() ? call.timeout : options.timeout);
@@ -224,16 +243,28 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
     }
   }
   if (!token.empty()) impl->authorization = "Bearer " + token;
-  impl->channel = grpc::CreateCustomChannel(target, credentials, args);
-  impl->stub = v1::TurboKV::NewStub(impl->channel);
-  impl->get_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
-      "/turbokv.v1.TurboKV/GetBlocks", grpc::internal::RpcMethod::SERVER_STREAMING,
-      impl->channel);
-  impl->lookup_raw = std::make_unique<grpc::internal::RpcMethod>(
-      "/turbokv.v1.TurboKV/Lookup", grpc::internal::RpcMethod::NORMAL_RPC, impl->channel);
-  impl->put_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
-      "/turbokv.v1.TurboKV/PutBlocks", grpc::internal::RpcMethod::CLIENT_STREAMING,
-      impl->channel);
+  // Channels with equal arguments share one connection (gRPC's global subchannel pool): each
+  // of several gets its own pool, hence its own connection.
+  if (options.connections > 1) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // The receive window of each call: 8 MiB, fixed (gRPC's default starts at 64 KiB and grows
+  // with its BDP probe, so a 0.6 MiB PACKED reply waited for window updates on the way; on
+  // loopback the probe measures a small BDP and the window stays small). Bounded: a call
+  // receives only the blocks it asked for.
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  impl->connections.resize(static_cast<size_t>(options.connections));
+  for (Impl::Connection& c : impl->connections) {
+    c.channel = grpc::CreateCustomChannel(target, credentials, args);
+    c.stub = v1::TurboKV::NewStub(c.channel);
+    c.get_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
+        "/turbokv.v1.TurboKV/GetBlocks", grpc::internal::RpcMethod::SERVER_STREAMING,
+        c.channel);
+    c.lookup_raw = std::make_unique<grpc::internal::RpcMethod>(
+        "/turbokv.v1.TurboKV/Lookup", grpc::internal::RpcMethod::NORMAL_RPC, c.channel);
+    c.put_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
+        "/turbokv.v1.TurboKV/PutBlocks", grpc::internal::RpcMethod::CLIENT_STREAMING,
+        c.channel);
+  }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -243,7 +274,7 @@ absl::StatusOr<NamespaceInfo> Client::RegisterNamespace(const NamespaceDescripto
   internal::ToProto(descriptor, req.mutable_namespace_descriptor());
   v1::RegisterNamespaceResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
-    return FromGrpc(impl_->stub->RegisterNamespace(ctx, req, &resp));
+    return FromGrpc(impl_->Pick().stub->RegisterNamespace(ctx, req, &resp));
   }));
   NamespaceInfo info;
   info.namespace_id = resp.namespace_id();
@@ -267,9 +298,10 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
   v1::PutBlocksResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
     resp.Clear();
+    const Impl::Connection& conn = impl_->Pick();
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-            impl_->channel.get(), *impl_->put_blocks_raw, ctx, &resp));
+            conn.channel.get(), *conn.put_blocks_raw, ctx, &resp));
     v1::PutBlocksRequest req;  // every field but data
     req.set_namespace_id(namespace_id);
     req.set_encoding(static_cast<v1::Encoding>(encoding));
@@ -316,8 +348,9 @@ absl::StatusOr<LookupResult> Client::Lookup(uint64_t namespace_id,
   const grpc::ByteBuffer req = internal::SerializeLookupRequest(namespace_id, hashes, lease_seconds);
   v1::LookupResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
+    const Impl::Connection& conn = impl_->Pick();
     return FromGrpc(grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, v1::LookupResponse>(
-        impl_->channel.get(), *impl_->lookup_raw, ctx, req, &resp));
+        conn.channel.get(), *conn.lookup_raw, ctx, req, &resp));
   }));
   if (resp.matched_blocks() > hashes.size()) {
     return absl::InternalError(absl::StrCat("Lookup matched ", resp.matched_blocks(),
@@ -343,9 +376,10 @@ absl::StatusOr<GetBlocksResult> Client::GetBlocks(uint64_t namespace_id,
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
     internal::BlockAssembler assembler(hashes.size());
     result.dtype = DType::kUnspecified;
+    const Impl::Connection& conn = impl_->Pick();
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-            impl_->channel.get(), *impl_->get_blocks_raw, ctx, req));
+            conn.channel.get(), *conn.get_blocks_raw, ctx, req));
     grpc::ByteBuffer message;
     std::vector<grpc::Slice> slices;
     std::vector<absl::string_view> pieces;
@@ -403,7 +437,7 @@ absl::StatusOr<uint32_t> Client::DeleteBlocks(uint64_t namespace_id,
   for (const std::string& h : hashes) req.add_block_hashes(h);
   v1::DeleteBlocksResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
-    return FromGrpc(impl_->stub->DeleteBlocks(ctx, req, &resp));
+    return FromGrpc(impl_->Pick().stub->DeleteBlocks(ctx, req, &resp));
   }));
   return resp.deleted_blocks();
 }
@@ -414,7 +448,7 @@ absl::StatusOr<uint64_t> Client::DropNamespace(uint64_t namespace_id,
   req.set_namespace_id(namespace_id);
   v1::DropNamespaceResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
-    return FromGrpc(impl_->stub->DropNamespace(ctx, req, &resp));
+    return FromGrpc(impl_->Pick().stub->DropNamespace(ctx, req, &resp));
   }));
   return resp.deleted_blocks();
 }
@@ -427,7 +461,7 @@ absl::StatusOr<ServerStats> Client::Stats(const CallOptions& call) const {
   for (int page = 0;; ++page) {
     v1::StatsResponse resp;
     TURBOKV_RETURN_IF_ERROR(impl_->Retry(deadline, [&](grpc::ClientContext* ctx) {
-      return FromGrpc(impl_->stub->Stats(ctx, req, &resp));
+      return FromGrpc(impl_->Pick().stub->Stats(ctx, req, &resp));
     }));
     ServerStats part = internal::FromProto(resp);
     if (page == 0) {

@@ -216,6 +216,11 @@ struct ClientOptions {
   // zero = gRPC's default (120 s). The sharded client uses 1 s so a restarted node is found
   // again quickly. Range: 0 or [100 ms, 10 min]. Default: 0.
   absl::Duration max_reconnect_backoff = absl::ZeroDuration();
+  // TCP connections (gRPC channels) to the target; calls take them in turn. One connection
+  // carries every concurrent call's bytes through one socket, read by one server thread at a
+  // time; several let the server receive concurrent large puts in parallel (a client used by
+  // N threads at once: up to N). Range [1, 64]. Default: 1.
+  int connections = 1;
 
   [[nodiscard]] absl::Status Validate() const;
 };
