@@ -5,10 +5,12 @@
 // (tests/fixtures) and on synthetic KV.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "client_test_server.h"
 #include "kv_layout.h"
@@ -351,6 +353,43 @@ TEST_F(ClientServerTest, BlocksLargerThanOneChunk) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got->blocks[0], blocks[0]);
   EXPECT_EQ(*got->blocks[1], blocks[1]);
+}
+
+// A client with several connections, used by as many threads at once: every call (2 MiB
+// blocks in two chunks each way, RAW and PACKED gets) round-trips on whichever it takes.
+TEST_F(ClientServerTest, SeveralConnectionsSharedByThreads) {
+  ClientOptions o;
+  o.connections = 3;
+  auto multi = Client::Connect(server_.address(), o);
+  ASSERT_TRUE(multi.ok()) << multi.status();
+  Kv kv = SyntheticKv(32, 64, 8, 128, 8);  // four 2 MiB blocks
+  NamespaceInfo info = Register(kv, 16, "raw", "multi");
+  const auto chain = Chain(info.namespace_id, kv.ids, 16);
+  const auto blocks = Blocks(kv, 16);
+  ASSERT_EQ(blocks.size(), 4u);
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        const size_t b = static_cast<size_t>(t + round) % blocks.size();
+        const absl::Span<const uint8_t> span(reinterpret_cast<const uint8_t*>(blocks[b].data()),
+                                             blocks[b].size());
+        auto put = (*multi)->PutBlocks(info.namespace_id, {chain[b]}, {span});
+        if (!put.ok() || !(*put)[0].status.ok()) continue;
+        GetOptions packed;
+        packed.encoding = Encoding::kPacked;
+        auto raw = (*multi)->GetBlocks(info.namespace_id, {chain[b]});
+        auto pk = (*multi)->GetBlocks(info.namespace_id, {chain[b]}, packed);
+        if (raw.ok() && pk.ok() && raw->blocks[0] == blocks[b] && pk->blocks[0].has_value() &&
+            pk->blocks[0]->size() == info.packed_block_bytes) {
+          ++ok;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 9);
 }
 
 TEST_F(ClientServerTest, PackedRoundTripAndMissingBlocks) {

@@ -119,6 +119,13 @@ TEST(ClientOptionsTest, ValidateRanges) {
   o = ClientOptions();
   o.timeout = absl::ZeroDuration();
   EXPECT_FALSE(o.Validate().ok());
+  for (int n : {0, 65}) {
+    o = ClientOptions();
+    o.connections = n;
+    EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument) << n;
+  }
+  o.connections = 64;
+  EXPECT_TRUE(o.Validate().ok());
   EXPECT_EQ(Client::Connect("", ClientOptions()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
