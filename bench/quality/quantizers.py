@@ -111,8 +111,8 @@ def _p(kb, vb, g=32, kq=False, vq=False, nc=True, kg=None, vg=None) -> CodecPara
 def all_rows() -> List[Row]:
     """Every row of the evaluation, in report order."""
     rows = [Row(p, "codec", "turbokv preset", preset=p)
-            for p in ("raw", "k6v6", "k6v5", "k8v4", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32",
-                      "k3v3-g32", "k3v2-g32-qjl", "k3v2")]
+            for p in ("raw", "k8v6", "k6v6", "k6v5", "k8v4", "k6v4", "k5v4", "k4v4-g32",
+                      "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2")]
     # Ablations at 2 and 3 bits: norm correction on/off x QJL (on K, as the preset) on/off.
     # k3v3-g32 (correction on, no QJL) and k2qjl-v2-g32 (= k3v2-g32-qjl) are presets above.
     for b in (3, 2):

@@ -288,7 +288,8 @@ def _bar_md(bars: List[dict]) -> List[str]:
         c = [r for r in bars if (r["protocol"], r["baseline"]) == key]
         if c[0]["preset"] is None:
             r = c[0]
-            L.append("| %s | %s (%.2f) | — (no preset at ≤ %.2f bpv) | — | — | %+.2f%% | — | no |"
+            L.append("| %s | %s (%.2f) | — (no preset at ≤ %.2f bpv) | — | — | %+.2f%% | — "
+                     "| no |"
                      % (r["protocol"], r["baseline"], r["baseline_bpv"], r["baseline_bpv"],
                         r["baseline_dppl_pct"]))
             continue

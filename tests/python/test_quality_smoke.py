@@ -33,8 +33,8 @@ def _codec_or_skip():
 def test_local_codec_matches_presets_and_raw_is_exact():
     codec = _codec_or_skip()
     bpv = {}
-    for p in ("raw", "k6v6", "k6v5", "k8v4", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32",
-              "k3v2-g32-qjl", "k3v2"):
+    for p in ("raw", "k8v6", "k6v6", "k6v5", "k8v4", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32",
+              "k3v3-g32", "k3v2-g32-qjl", "k3v2"):
         bpv[p] = codec.LocalCodec.from_preset(p, 30, 16, 3, 64).bits_per_value
     # docs/architecture.md, "The codec" bpv plus the header and checksum of a 30-layer, 16-token block.
     assert bpv["k4v4-g32"] == pytest.approx(4.5, abs=0.02)
@@ -44,6 +44,7 @@ def test_local_codec_matches_presets_and_raw_is_exact():
     assert bpv["k5v4"] == pytest.approx((5.5 + 4.25) / 2, abs=0.02)
     assert bpv["k6v4"] == pytest.approx(5.5, abs=0.02)
     assert bpv["k6v5"] == pytest.approx(6.0, abs=0.02)
+    assert bpv["k8v6"] == pytest.approx((8.25 + 6.25) / 2, abs=0.02)
     # k6v6 stays under 6.5 bpv (under fp8's 8), k3v2 under KIVI-2's 3.0 (V at g = 64)
     assert bpv["k6v6"] == pytest.approx((6.5 + 6.25) / 2, abs=0.02) and bpv["k6v6"] <= 6.5
     assert bpv["k3v2"] == pytest.approx((3.5 + 2.25) / 2, abs=0.02) and bpv["k3v2"] <= 3.0

@@ -358,7 +358,7 @@ class Client(AsyncCalls):
 
         Args:
           dtype: "fp16", "bf16" or "fp32": dtype of raw blocks put into it.
-          preset: "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32",
+          preset: "k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32",
             "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"; "" = the server's default.
           ttl_seconds: blocks expire this long after their last put or get; 0 = never.
             None (default): a new namespace never expires, an existing one keeps its TTL.

@@ -114,6 +114,7 @@ struct LayerCodec {
                                                                          const BlockShape& shape);
 
 // Presets (docs/architecture.md, "The codec"):
+//   k8v6          K 8-bit g = head_dim, V 6-bit g = 64        (~7.2 bpv at head_dim 128)
 //   k8v4          K 8-bit g = head_dim, V 4-bit g = 32        (~6.3 bpv at head_dim 128)
 //   k6v6          K 6-bit g = 32, V 6-bit g = 64              (6.375 bpv)
 //   k6v5          K 6-bit, V 5-bit, g = 32                     (6.0 bpv)
