@@ -250,9 +250,11 @@ TEST(ServerRpcTest, RoundTripsRawAndPackedBlocks) {
     EXPECT_FALSE(Register(stub, d).created());
     const uint64_t ns = reg.namespace_id();
     EXPECT_EQ(reg.raw_block_bytes(), large ? 2u << 20 : 16u << 10);
-    EXPECT_GT(reg.bits_per_value(), 4.0);
+    EXPECT_GT(reg.bits_per_value(), 4.8);
     EXPECT_LT(reg.bits_per_value(), 5.0);
-    EXPECT_EQ(reg.namespace_descriptor().codec().key().bits(), 4u);
+    // The server's default preset, k5v4: K 5-bit g = 32, V 4-bit g = 64.
+    EXPECT_EQ(reg.namespace_descriptor().codec().key().bits(), 5u);
+    EXPECT_EQ(reg.namespace_descriptor().codec().value().group_size(), 64u);
 
     const int n = large ? 2 : 3;
     std::vector<PutBlock> blocks;
@@ -283,7 +285,7 @@ TEST(ServerRpcTest, RoundTripsRawAndPackedBlocks) {
     EXPECT_TRUE(packed[2].found);
     EXPECT_EQ(packed[0].bytes.size(), reg.packed_block_bytes());
 
-    // RAW fp32: close to the input (4-bit TurboQuant: relative RMS error ~0.1).
+    // RAW fp32: close to the input (k5v4: relative RMS error ~0.08).
     std::vector<GotBlock> raw = GetOk(stub, ns, hashes, v1::ENCODING_RAW, v1::DTYPE_FP32);
     for (int i = 0; i < n; ++i) {
       ASSERT_TRUE(raw[i].found);

@@ -50,7 +50,7 @@ TEST(ServerOptionsTest, DefaultsValidateAndBadValuesNameTheField) {
   EXPECT_TRUE(o.Validate().ok());
   EXPECT_EQ(o.listen_address, "0.0.0.0:50051");
   EXPECT_EQ(o.storage.durability, Durability::kWal);
-  EXPECT_EQ(o.codec.default_preset, "k4v4-g32");
+  EXPECT_EQ(o.codec.default_preset, "k5v4");
 
   o.codec.default_preset = "k9v9";
   absl::Status s = o.Validate();
