@@ -9,7 +9,7 @@ if(TARGET turbokv_client AND TARGET turbokv-server)
                              ${CMAKE_SOURCE_DIR}/tests/integration)
   target_compile_definitions(fault_suite PRIVATE
       TURBOKV_DEFAULT_SERVER_BIN="$<TARGET_FILE:turbokv-server>")
-  target_link_libraries(fault_suite PRIVATE turbokv::client turbokv::codec RocksDB::rocksdb
+  target_link_libraries(fault_suite PRIVATE turbokv::client turbokv::codec turbokv::rocksdb
                         PkgConfig::XXHASH GTest::gtest GTest::gtest_main)
   add_dependencies(fault_suite turbokv-server)
   include(GoogleTest)

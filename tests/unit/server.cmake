@@ -6,7 +6,7 @@ if(TARGET turbokv_server_storage)
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_index_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_store_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_repair_test.cc)
-  target_link_libraries(storage_unit_tests PRIVATE turbokv::server_storage RocksDB::rocksdb
+  target_link_libraries(storage_unit_tests PRIVATE turbokv::server_storage turbokv::rocksdb
                         PkgConfig::XXHASH GTest::gtest GTest::gtest_main)
   gtest_discover_tests(storage_unit_tests PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)
 endif()
