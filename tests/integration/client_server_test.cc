@@ -468,6 +468,12 @@ TEST_F(ClientServerTest, ShutdownGivesUnavailableAndRestartRecovers) {
   ClientOptions fast;
   fast.max_attempts = 2;
   fast.timeout = absl::Seconds(3);
+  // Channel arguments of its own, so it gets a subchannel of its own: with the defaults it
+  // would share (gRPC's global subchannel pool) the one of the client connected below, and
+  // leave it in reconnect backoff (1 s, growing) after its refused connects; that client's 4
+  // attempts (350 ms of backoff) could then all fail on a server that is up again (seen under
+  // TSan).
+  fast.max_reconnect_backoff = absl::Milliseconds(100);
   auto dead = Client::Connect(server_.address(), fast);
   ASSERT_TRUE(dead.ok());
   EXPECT_EQ((*dead)->Stats().status().code(), absl::StatusCode::kUnavailable);
