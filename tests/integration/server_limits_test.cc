@@ -27,6 +27,11 @@ using testing::ServerProcess;
 using testing::SlowBuild;
 
 constexpr size_t kChunk = size_t{1} << 20;
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
 
 v1::NamespaceDescriptor Descriptor(uint32_t layers, uint32_t heads, uint32_t head_dim,
                                    uint32_t tokens, v1::DType dtype = v1::DTYPE_FP16) {
@@ -359,7 +364,11 @@ TEST(ServerLimitsTest, HundredsOfStalledStreamsAreBoundedByTheInFlightBudget) {
   // The server holds a few budgets, not the streams' total: 2.5 x (the budget + the 64 MiB
   // that gRPC's memory quota adds to it); 64 MiB: 320 MiB of 500, 16 MiB: 200 MiB of 160 plus
   // TSan's shadow of them.
-  EXPECT_LT(rss_peak, rss_before + (uint64_t(budget_mib + 64) * 5 / 2 << 20));
+  // Under ThreadSanitizer half as much again: its shadow of what the server touches is twice
+  // that (measured: 179-234 MiB over the RSS before at 16 MiB, against 160 MiB of streams plus
+  // at least 320 MiB of their shadow if the server held them all).
+  const uint64_t bound_mib = uint64_t(budget_mib + 64) * 5 / 2 * (kThreadSanitizer ? 3 : 2) / 2;
+  EXPECT_LT(rss_peak, rss_before + (bound_mib << 20));
   for (auto& s : streams) s->Cancel();
   for (auto& s : streams) s->Wait();
   ExpectHealthy(stub, 2);
