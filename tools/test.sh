@@ -9,7 +9,8 @@
 #      that tools/setup_engines.sh makes from its lock (started in the background first, since
 #      its install is mostly download and unpacking); TURBOKV_SKIP_ENGINES=1 skips this step,
 #   5. the codec tests again under ASan+UBSan,
-#   6. a short libFuzzer run of the packed-block parser (clang).
+#   6. the storage, service, server and client suites under ThreadSanitizer (tools/tsan.sh),
+#   7. a short libFuzzer run of the packed-block parser (clang).
 # Exit status non-zero when any step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +59,9 @@ cmake --build "$BUILD-asan" -j"$JOBS" --target codec_unit_tests codec_fuzz_repla
 "$BUILD-asan/bin/codec_fuzz_replay_test" --gtest_brief=1
 "$BUILD-asan/bin/turbokv-codec" eval --source tests/fixtures/smollm2_kv_64_fp16.npy --preset k3v2-g32-qjl \
   --min-seconds 0.01 > /dev/null
+
+log "server and client suites under ThreadSanitizer (tools/tsan.sh)"
+BUILD="$BUILD" JOBS="$JOBS" bash tools/tsan.sh
 
 log "libFuzzer: packed-block parser, ${FUZZ_SECONDS}s"
 CC=clang CXX=clang++ cmake -S . -B "$BUILD-fuzz" -DTURBOKV_BUILD_FUZZERS=ON \

@@ -12,7 +12,9 @@
 # A race makes the process that saw it exit 66 (halt_on_error) and writes its report under
 # $BUILD-tsan/reports/; any report fails this script, also one from a server that a test
 # stopped without checking its exit status.
-# Races inside Debian's uninstrumented RocksDB/Abseil/gRPC are suppressed (tools/tsan.supp).
+# Races inside Debian's uninstrumented RocksDB/Abseil/gRPC are suppressed, and what librocksdb.so
+# and libgrpc.so do themselves through intercepted calls (memcpy, sendmsg) is ignored
+# (tools/tsan.supp; the TSan build links RocksDB shared for that).
 # Not run: client_unit_tests (protobuf's inlined Map code crashes under TSan against Debian's
 # uninstrumented libprotobuf, in the prefix-hasher test's JSON reading).
 #   BUILD=build JOBS=2 [TSAN_SUITE_TIMEOUT=1200] bash tools/tsan.sh
