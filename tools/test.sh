@@ -38,6 +38,8 @@ log "waiting for the engine venvs"
 wait "$ENGINES_PID" || { tail -30 "$BUILD/setup_engines.log"; exit 1; }
 grep -E "ready in|up to date" "$BUILD/setup_engines.log" || true
 
+# A real Prometheus for the scrape test in tests/python (without it that test skips).
+bash deploy/test/install_prometheus.sh
 log "pytest"
 TURBOKV_BUILD_DIR="$PWD/$BUILD" "$BUILD/venv/bin/python" -m pytest -q tests/python
 

@@ -19,12 +19,7 @@ BUILD=${BUILD:-build}
 PY=${PYTHON:-$BUILD/venv/bin/python}
 log() { echo "[deploy-check $(date +%H:%M:%S)] $*"; }
 
-if ! command -v promtool > /dev/null || ! command -v prometheus > /dev/null; then
-  log "apt-get install prometheus"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends prometheus
-fi
+bash deploy/test/install_prometheus.sh
 if ! "$PY" -c "import kubernetes_validate, yaml" 2> /dev/null; then
   log "pip install kubernetes-validate pyyaml"
   "$PY" -m pip install -q --disable-pip-version-check "kubernetes-validate==1.37.0" "pyyaml>=6"
