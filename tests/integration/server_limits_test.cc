@@ -25,13 +25,9 @@ using testing::RandomFp16;
 using testing::Scaled;
 using testing::ServerProcess;
 using testing::SlowBuild;
+using testing::kThreadSanitizer;
 
 constexpr size_t kChunk = size_t{1} << 20;
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
 
 v1::NamespaceDescriptor Descriptor(uint32_t layers, uint32_t heads, uint32_t head_dim,
                                    uint32_t tokens, v1::DType dtype = v1::DTYPE_FP16) {

@@ -31,6 +31,30 @@
 
 namespace turbokv::server::testing {
 
+// Whether this is a ThreadSanitizer / AddressSanitizer build (GCC's and clang's spellings).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // How many times slower than a plain build these tests run: $TURBOKV_TEST_TIME_SCALE when it
 // is a number >= 1, else 10 in a ThreadSanitizer build (the server and the test are both
 // instrumented: 5-20x), 3 under AddressSanitizer, 1 otherwise. Client deadlines and the
@@ -42,21 +66,7 @@ inline double TimeScale() {
       const double v = std::strtod(env, &end);
       if (end != env && v >= 1) return v;
     }
-#if defined(__SANITIZE_THREAD__)
-    return 10.0;
-#elif defined(__SANITIZE_ADDRESS__)
-    return 3.0;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    return 10.0;
-#elif __has_feature(address_sanitizer)
-    return 3.0;
-#else
-    return 1.0;
-#endif
-#else
-    return 1.0;
-#endif
+    return kThreadSanitizer ? 10.0 : kAddressSanitizer ? 3.0 : 1.0;
   }();
   return scale;
 }
