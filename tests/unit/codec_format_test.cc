@@ -7,6 +7,7 @@
 #include "codec_test_util.h"
 #include "gtest/gtest.h"
 #include "turbokv/codec/block_codec.h"
+#include "xxhash.h"
 
 namespace turbokv::codec {
 namespace {
@@ -128,6 +129,30 @@ TEST(FormatTest, EverySingleByteFlipIsCaught) {
       std::vector<uint8_t> out(*c.DecodedBytes(DType::kFloat16, {}));
       const absl::Status s = c.Decode(bad, DType::kFloat16, {}, absl::MakeSpan(out));
       EXPECT_FALSE(s.ok()) << "header byte " << i;
+    }
+  }
+}
+
+// The codec's checksum runs its own AVX2 / AVX-512 build of XXH3 where the CPU has them: it must
+// give Debian's libxxhash's 64 bits for every length class of XXH3 (0-16, 17-128, 129-240,
+// and longer inputs ending anywhere in a stripe and a block), and still catch a flipped byte.
+TEST(FormatTest, ChecksumEqualsLibxxhashAtEveryLength) {
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 2100; ++n) lengths.push_back(n);
+  for (size_t n : {size_t{16383}, size_t{16384}, size_t{16385}, size_t{100003}, size_t{368640},
+                   size_t{1} << 21}) {
+    lengths.push_back(n);
+  }
+  std::vector<uint8_t> bytes((size_t{1} << 21) + 8);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  for (size_t n : lengths) {
+    std::vector<uint8_t> block(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(n + 8));
+    const uint64_t sum = XXH3_64bits(block.data(), n);
+    std::memcpy(block.data() + n, &sum, 8);
+    ASSERT_TRUE(VerifyPackedChecksum(block).ok()) << n << " bytes";
+    if (n > 0) {
+      block[n / 2] ^= 0x01;
+      ASSERT_EQ(VerifyPackedChecksum(block).code(), absl::StatusCode::kDataLoss) << n << " bytes";
     }
   }
 }
