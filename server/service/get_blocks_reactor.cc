@@ -27,7 +27,7 @@ struct GetBlocksReactor::Batch {
     Payload data;
   };
   std::vector<Message> messages;    // in request order
-  std::vector<std::string> values;  // RAW: the packed blocks being decoded
+  std::vector<PinnedValue> values;  // RAW: the packed blocks being decoded
   size_t next_message = 0;          // first one not handed to the writer
   int decodes = 0;                  // decode tasks in flight
 };
@@ -126,23 +126,23 @@ bool GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved, bool
     hashes.reserve(count);
     for (size_t i = begin; i < begin + count; ++i) hashes.push_back(request_.block_hashes(i));
     bool would_block = false;
-    absl::StatusOr<std::vector<std::optional<std::string>>> values;
+    absl::StatusOr<std::vector<std::optional<PinnedValue>>> values;
     if (cache_only) {
       // Never throws into gRPC's thread: anything unusual goes the I/O pool's way.
       try {
-        values = ctx_->store->GetBlocks(ns_->id, hashes, &would_block);
+        values = ctx_->store->GetPinnedBlocks(ns_->id, hashes, &would_block);
       } catch (...) {
         return false;
       }
       if (would_block || !values.ok()) return false;
     } else {
-      values = ctx_->store->GetBlocks(ns_->id, hashes);
+      values = ctx_->store->GetPinnedBlocks(ns_->id, hashes);
     }
     if (!values.ok()) error = values.status();
     ctx_->metrics->RecordGetBlocksRead(cache_only);
     for (size_t j = 0; error.ok() && j < count; ++j) {
       const auto index = static_cast<uint32_t>(begin + j);
-      std::optional<std::string>& value = (*values)[j];
+      std::optional<PinnedValue>& value = (*values)[j];
       // One message: `size` bytes of `owner` at `at`, at byte `offset` of the block.
       auto chunk = [&](uint64_t block_bytes, uint64_t offset,
                        const std::shared_ptr<const void>& owner, const char* at, size_t size) {
@@ -167,11 +167,11 @@ bool GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved, bool
       }
       ++found;
       if (encoding_ == v1::ENCODING_PACKED) {
-        bytes += value->size();
-        const auto owner = std::make_shared<const std::string>(std::move(*value));  // no copy
-        for (size_t off = 0; off < owner->size() || off == 0; off += kMaxResponseChunkBytes) {
-          chunk(owner->size(), off, owner, owner->data() + off,
-                std::min(kMaxResponseChunkBytes, owner->size() - off));
+        const std::string_view stored = value->bytes;  // pinned in RocksDB: no copy
+        bytes += stored.size();
+        for (size_t off = 0; off < stored.size() || off == 0; off += kMaxResponseChunkBytes) {
+          chunk(stored.size(), off, value->owner, stored.data() + off,
+                std::min(kMaxResponseChunkBytes, stored.size() - off));
         }
         continue;
       }
@@ -244,7 +244,7 @@ void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t bl
   absl::Status s;
   if (!Abandoned()) {
     // DecodeBlocks records the codec metrics under the backend that ran.
-    const std::string& value = batch->values[block];
+    const std::string_view value = batch->values[block].bytes;
     const absl::Span<const uint8_t> packed(reinterpret_cast<const uint8_t*>(value.data()),
                                            value.size());
     const codec::LayerRange range{layer_begin, layer_end};
@@ -260,7 +260,7 @@ void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t bl
   }
   std::unique_lock<std::mutex> l(mu_);
   --tasks_;
-  if (--batch->decodes == 0) std::vector<std::string>().swap(batch->values);
+  if (--batch->decodes == 0) std::vector<PinnedValue>().swap(batch->values);
   if (!s.ok()) Fail(s);
   Pump(l);
 }

@@ -6,8 +6,9 @@
 // a message's `data` is a slice over the stored value or the decode buffer (wire_format.h),
 // so no payload byte is copied or zero-filled between RocksDB and the socket.
 //
-// PACKED: a stored block is moved out of RocksDB's read buffer and sent in chunks of at most
-// 1 MiB that point into it. RAW: a block is decoded into one uninitialized buffer; every
+// PACKED: a stored block stays where RocksDB holds it (its pinned blob cache or block cache
+// entry, or its read buffer: BlockStore::GetPinnedBlocks) and is sent in chunks of at most
+// 1 MiB that point into it; RAW decodes from there too. RAW: a block is decoded into one uninitialized buffer; every
 // message carries whole layers of it (or a part of one layer over 1 MiB), and each message's
 // layers are decoded by their own task on the codec pool, so the layers of a large block
 // decode in parallel.

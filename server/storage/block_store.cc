@@ -16,6 +16,7 @@
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
 #include "rocksdb/sst_file_manager.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
@@ -151,6 +152,7 @@ absl::Status BlockStore::OpenDb() {
   cf_access_ = handles[format::kAccess];
   cf_namespaces_ = handles[format::kNamespaces];
   cf_namespaces_copy_ = handles[format::kNamespacesCopy];
+  blocks_table_factory_ = db_->GetOptions(cf_blocks_).table_factory;
   return absl::OkStatus();
 }
 
@@ -533,9 +535,32 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
 
 absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
     uint64_t namespace_id, absl::Span<const std::string_view> hashes, bool* would_block) {
+  TURBOKV_ASSIGN_OR_RETURN(std::vector<std::optional<PinnedValue>> pinned,
+                           GetPinnedBlocks(namespace_id, hashes, would_block));
+  std::vector<std::optional<std::string>> out(pinned.size());
+  for (size_t i = 0; i < pinned.size(); ++i) {
+    if (pinned[i].has_value()) out[i] = std::string(pinned[i]->bytes);
+  }
+  return out;
+}
+
+namespace {
+
+// What a PinnedValue owns. The slice goes first (members are destroyed in reverse order): its
+// cleanup releases an entry of one of the caches held below it.
+struct Pin {
+  std::shared_ptr<rocksdb::Cache> blob_cache;
+  std::shared_ptr<rocksdb::TableFactory> table_factory;
+  rocksdb::PinnableSlice slice;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlocks(
+    uint64_t namespace_id, absl::Span<const std::string_view> hashes, bool* would_block) {
   const bool cache_only = would_block != nullptr;
   if (cache_only) *would_block = false;
-  std::vector<std::optional<std::string>> out(hashes.size());
+  std::vector<std::optional<PinnedValue>> out(hashes.size());
   std::vector<std::string> keys(hashes.size());
   std::vector<size_t> to_read;
   std::vector<uint64_t> checksums;  // per to_read: the checksum the index expects
@@ -620,14 +645,13 @@ absl::StatusOr<std::vector<std::optional<std::string>>> BlockStore::GetBlocks(
           continue;
         }
       }
-      // A value read from a blob file lives in the PinnableSlice's own string: move it out
-      // instead of copying it.
-      std::string* self = values[j].GetSelf();
-      if (!values[j].IsPinned() && self->data() == value.data() && self->size() == value.size()) {
-        out[i] = std::move(*self);
-      } else {
-        out[i] = std::string(value);
-      }
+      // No copy: the pinned cache entry (or RocksDB's read buffer) moves into the owner.
+      auto pin = std::make_shared<Pin>();
+      pin->blob_cache = blob_cache_;
+      pin->table_factory = blocks_table_factory_;
+      pin->slice = std::move(values[j]);
+      const std::string_view pinned(pin->slice.data(), pin->slice.size());
+      out[i] = PinnedValue{std::move(pin), pinned};
     }
   }
   if (cache_only && !corrupt.empty()) {  // deleting the damaged blocks writes

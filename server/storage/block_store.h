@@ -70,6 +70,7 @@ class Cache;
 class DB;
 class SstFileManager;
 class ColumnFamilyHandle;
+class TableFactory;
 class WriteBatch;
 }  // namespace rocksdb
 
@@ -131,6 +132,15 @@ struct DbStats {
   uint64_t blob_cache_bytes = 0;          // in the blob cache (StorageOptions::blob_cache_bytes)
 };
 
+// A stored value read without a copy: `bytes` stay valid while `owner` (or a copy of it) lives,
+// also after the block is deleted or overwritten and after the store is closed. The owner is
+// RocksDB's pinned read result (a blob cache or block cache entry, or RocksDB's own read
+// buffer) together with the caches it pins into.
+struct PinnedValue {
+  std::shared_ptr<const void> owner;
+  std::string_view bytes;
+};
+
 // Checks one stored value before it is returned (the server passes the codec's
 // VerifyPackedChecksum). Non-OK = corrupt.
 using ValueVerifier = std::function<absl::Status(absl::Span<const uint8_t> value)>;
@@ -173,6 +183,11 @@ class BlockStore {
   // is not all in memory, or is expired or fails verification (those need writes), it
   // returns with *would_block = true and has changed nothing: read again without it.
   [[nodiscard]] absl::StatusOr<std::vector<std::optional<std::string>>> GetBlocks(
+      uint64_t namespace_id, absl::Span<const std::string_view> hashes,
+      bool* would_block = nullptr);
+  // GetBlocks without copying the values out of RocksDB (the request path hands them to gRPC
+  // as they are). Same results, errors and side effects.
+  [[nodiscard]] absl::StatusOr<std::vector<std::optional<PinnedValue>>> GetPinnedBlocks(
       uint64_t namespace_id, absl::Span<const std::string_view> hashes,
       bool* would_block = nullptr);
 
@@ -237,6 +252,9 @@ class BlockStore {
   RepairReport repair_;  // set by OpenDb
   std::shared_ptr<rocksdb::SstFileManager> sst_file_manager_;
   std::shared_ptr<rocksdb::Cache> blob_cache_;  // null when disabled
+  // The blocks column family's table factory (owns its block cache): a PinnedValue keeps it
+  // and blob_cache_ alive, since RocksDB's pins release their cache entry when they go.
+  std::shared_ptr<rocksdb::TableFactory> blocks_table_factory_;
   std::atomic<bool> needs_resume_{false};
 
   // At most one log line per interval for events that can come per block (a flood of

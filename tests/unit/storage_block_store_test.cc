@@ -118,6 +118,47 @@ TEST_F(BlockStoreTest, UnknownNamespaceAndBadHashes) {
   EXPECT_EQ(s->Stats().blocks, 2u);
 }
 
+// GetPinnedBlocks hands out RocksDB's own pinned bytes (blob cache and block cache entries, read
+// buffers): they stay valid and unchanged after the blocks are overwritten or deleted, after
+// the caches drop them and after the store is closed.
+TEST_F(BlockStoreTest, PinnedValuesOutliveTheirBlocksAndTheStore) {
+  StorageOptions o = Options();
+  std::vector<std::string> values = {MakeValue(1000, rng_), MakeValue(kValueBytes, rng_),
+                                     MakeValue(size_t{300} << 10, rng_)};  // SST, blob, blob
+  std::vector<std::string> hashes;
+  for (size_t i = 0; i < values.size(); ++i) hashes.push_back(HashOf(i));
+  std::vector<std::string_view> views(hashes.begin(), hashes.end());
+  {
+    auto s = Open(o);
+    Register(*s, kNs);
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_TRUE(Put(*s, kNs, hashes[i], values[i]).ok());
+  }  // closed: flushed into SST and blob files
+  auto s = Open(o);
+  std::vector<std::vector<std::optional<PinnedValue>>> reads;
+  for (int pass = 0; pass < 3; ++pass) {  // memtable-free reads: file, then cache hits
+    auto r = s->GetPinnedBlocks(kNs, views);
+    ASSERT_TRUE(r.ok()) << r.status();
+    reads.push_back(*std::move(r));
+  }
+  bool would_block = false;
+  auto cached = s->GetPinnedBlocks(kNs, views, &would_block);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  if (!would_block) reads.push_back(*std::move(cached));
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_TRUE(Put(*s, kNs, hashes[i], MakeValue(values[i].size(), rng_)).ok());
+  }
+  ASSERT_TRUE(s->DeleteBlocks(kNs, views).ok());
+  ASSERT_TRUE(s->RunMaintenance().ok());
+  s.reset();
+  for (const auto& r : reads) {
+    ASSERT_EQ(r.size(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_TRUE(r[i].has_value()) << i;
+      EXPECT_EQ(r[i]->bytes, values[i]) << i;
+    }
+  }
+}
+
 TEST_F(BlockStoreTest, ConcurrentReadersSeeOnlyWholeBlocks) {
   auto s = Open(Options());
   Register(*s, kNs);
