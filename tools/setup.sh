@@ -13,7 +13,7 @@ log() { echo "[setup $(date +%H:%M:%S)] $*"; }
 
 APT_PACKAGES=(build-essential cmake pkg-config git ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  librocksdb-dev prometheus-cpp-dev libxxhash-dev libzstd-dev libgtest-dev libgmock-dev
+  librocksdb-dev prometheus-cpp-dev libxxhash-dev libisal-dev libzstd-dev libgtest-dev libgmock-dev
   libbenchmark-dev libspdlog-dev libcli11-dev libssl-dev clang libclang-rt-14-dev
   libhiredis-dev redis-server)
 missing=()

@@ -18,6 +18,7 @@
 #include "rocksdb/sst_file_manager.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
+#include "server/storage/rocksdb_crc32c.h"
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
 #include "server/storage/store_repair.h"
@@ -104,6 +105,8 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOption
                                                              const Clock* clock) {
   TURBOKV_RETURN_IF_ERROR(options.Validate());
   if (!verifier) return absl::InvalidArgumentError("BlockStore::Open needs a value verifier");
+  spdlog::info("RocksDB's CRC32C (WAL and blob records) runs on {}",
+               RocksDbCrc32cImplementation());
   std::unique_ptr<BlockStore> store(new BlockStore(options, std::move(verifier), clock));
   TURBOKV_RETURN_IF_ERROR(store->OpenDb());
   TURBOKV_RETURN_IF_ERROR(store->Recover());

@@ -5,6 +5,7 @@ if(TARGET turbokv_server_storage)
   add_executable(storage_unit_tests
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_index_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_store_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/storage_crc32c_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_repair_test.cc)
   target_link_libraries(storage_unit_tests PRIVATE turbokv::server_storage turbokv::rocksdb
                         PkgConfig::XXHASH GTest::gtest GTest::gtest_main)
