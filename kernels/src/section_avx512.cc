@@ -74,9 +74,11 @@ inline void UnpackLanes16(const uint8_t* in, size_t index_bytes, int g, __m512i*
   }
 }
 
-template <int kBits, int kG>
-void DecodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t full,
-                     const uint8_t* src, DType out_dtype, uint8_t* out) {
+// kOut: the output dtype as a constant, so StoreRow's switch is resolved at compile time
+// instead of once per stored row.
+template <int kBits, int kG, DType kOut>
+void DecodeBatches16Typed(const SectionJob& job, const SectionLayout& lay, size_t full,
+                          const uint8_t* src, uint8_t* out) {
   const GroupParams& p = job.params;
   constexpr int g = kG;
   const int groups_per_vector = job.head_dim / g;
@@ -113,9 +115,22 @@ void DecodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t ful
           tile[c] = half == 0 ? _mm512_castps512_ps256(x[jc + c]) : _mm512_extractf32x8_ps(x[jc + c], 1);
         }
         Transpose8x8(tile);
-        for (int l = 0; l < kLanes; ++l) StoreRow(out, out_dtype, (i + 8 * half + l) * g + jc, tile[l]);
+        for (int l = 0; l < kLanes; ++l) StoreRow(out, kOut, (i + 8 * half + l) * g + jc, tile[l]);
       }
     }
+  }
+}
+
+template <int kBits, int kG>
+void DecodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t full,
+                     const uint8_t* src, DType out_dtype, uint8_t* out) {
+  switch (out_dtype) {
+    case DType::kFloat16:
+      return DecodeBatches16Typed<kBits, kG, DType::kFloat16>(job, lay, full, src, out);
+    case DType::kBFloat16:
+      return DecodeBatches16Typed<kBits, kG, DType::kBFloat16>(job, lay, full, src, out);
+    case DType::kFloat32:
+      return DecodeBatches16Typed<kBits, kG, DType::kFloat32>(job, lay, full, src, out);
   }
 }
 
