@@ -22,6 +22,9 @@ already rounded to fp16 (the namespace dtype), to what the cache would hand back
   point), and the first and last 2 layers uncompressed (fp16; "boundary protection"). bpv:
   key ``d*kb/8 + 2`` bytes (FP8: ``d``), value ``d*vb/8 + 4`` bytes per head vector and token,
   slot rounded up to an even size; protected layers 16.
+* ``emu ...`` (issue 12 study, ``frac_study_rows``): ``emulated_codec.EmuCodec``, a numpy port
+  of the codec (equal to it bit for bit) with fractional bits and per-block key centring,
+  options the packed format does not have.
 * ``turbo3`` / ``turbo4``: the llama.cpp fork formats, emulated as one-norm-per-head codecs:
   the turbokv codec with g = head_dim (64 here) at 3 / 4 bits for K and V, norm correction on,
   no QJL, i.e. 3.25 / 4.25 bpv at head_dim 64 (3.125 / 4.125 at head_dim 128).
@@ -98,6 +101,8 @@ class Row:
     params: Optional[CodecParams] = None
     bits: int = 0
     note: str = ""
+    emu: Optional[object] = None  # kind "emu": an emulated_codec.EmuCodec (numpy port)
+    emu_block_tokens: int = 16    # kind "emu": block size of its bpv and of its key means
 
     def codec_params(self, head_dim: int) -> CodecParams:
         return self.params if self.params is not None else preset_params(self.preset, head_dim)
@@ -181,6 +186,45 @@ def study_rows() -> List[Row]:
     ]
 
 
+def _emu_row(name: str, key, value, centre: bool = False, block_tokens: int = 16,
+             mean_bits: int = 16) -> Row:
+    from emulated_codec import EmuCodec, SectionSpec
+    c = EmuCodec(SectionSpec(*key), SectionSpec(*value), centre_keys=centre, mean_bits=mean_bits)
+    means = "fp16" if mean_bits == 16 else "%d-bit codec" % mean_bits
+    note = "numpy port of the codec: K %s, V %s%s, %d-token blocks" % (
+        c.key.label(), c.value.label(),
+        ", keys centred per block (%s means)" % means if centre else "", block_tokens)
+    return Row(name, "emu", "issue-12 study", note=note, emu=c, emu_block_tokens=block_tokens)
+
+
+def frac_study_rows() -> List[Row]:
+    """Issue 12's fractional-bit study (bench/quality/emulated_codec.py): (bits, g, extra)
+    per section; ``extra`` rotated coordinates per group at bits + 1."""
+    return [
+        # the numpy port of the preset k5v4 (must equal the codec row's NLL)
+        _emu_row("emu k5v4 (port check)", (5, 32, 0), (4, 64, 0)),
+        # 16-token blocks, <= 5.0 bpv: K + V fractional bits 9.375 at g = 64 scales
+        _emu_row("emu k5-g64 v4.375-g64", (5, 64, 0), (4, 64, 24)),
+        _emu_row("emu k5.25-g64 v4.125-g64", (5, 64, 16), (4, 64, 8)),
+        _emu_row("emu k5-g32 v4.125-g64", (5, 32, 0), (4, 64, 8)),
+        _emu_row("emu k5.125-g64 v4.25-g64", (5, 64, 8), (4, 64, 16)),
+        _emu_row("emu k4.75-g64 v4.625-g64", (4, 64, 48), (4, 64, 40)),
+        _emu_row("emu k5.375-g64 v4-g64", (5, 64, 24), (4, 64, 0)),
+        # 256-token blocks (LMCache's chunk), keys centred per block (fp16 means, counted)
+        _emu_row("emu kc5-g64 v4.375-g64 @256", (5, 64, 0), (4, 64, 24), True, 256),
+        _emu_row("emu kc5.25-g64 v4.125-g64 @256", (5, 64, 16), (4, 64, 8), True, 256),
+        _emu_row("emu kc4.5-g64 v4.5-g64 @256", (4, 64, 32), (4, 64, 32), True, 256),
+        _emu_row("emu kc4.125-g64 v4.25-g64 @256", (4, 64, 8), (4, 64, 16), True, 256),
+        _emu_row("emu kc4-g64 v4.5-g64 @256", (4, 64, 0), (4, 64, 32), True, 256),
+        # 16-token blocks, keys centred with the block mean coded at 6 bits (g = 64)
+        _emu_row("emu kc4-g64 m6 v4.625-g64", (4, 64, 0), (4, 64, 40), True, 16, 6),
+        _emu_row("emu kc4.25-g64 m6 v4.625-g64", (4, 64, 16), (4, 64, 40), True, 16, 6),
+        _emu_row("emu kc4.5-g64 m6 v4.5-g64", (4, 64, 32), (4, 64, 32), True, 16, 6),
+        _emu_row("emu kc4.25-g64 m6 v4.75-g64", (4, 64, 16), (4, 64, 48), True, 16, 6),
+        _emu_row("emu kc4-g64 m6 v4.125-g64", (4, 64, 0), (4, 64, 8), True, 16, 6),
+    ]
+
+
 def block_key_means(k: np.ndarray) -> np.ndarray:
     """k [T][H][D] -> the per-16-token-block per-channel mean, broadcast to [T][H][D] (fp16
     values; a partial last block has its own mean)."""
@@ -226,6 +270,10 @@ class LayerQuantizer:
             if row.kind == "centred":  # + one fp16 key mean per block, layer, head, channel
                 self.bpv += 16.0 * head_dim / (2 * BLOCK_TOKENS * head_dim)
                 self.packed_block_bytes += 2 * num_layers * num_kv_heads * head_dim
+        elif row.kind == "emu":
+            self.params = None
+            self.bpv = row.emu.bpv(num_layers, num_kv_heads, head_dim, row.emu_block_tokens)
+            self.packed_block_bytes = None
         else:
             self.params = None
             self.bpv = baseline_bpv(row, head_dim)
@@ -272,6 +320,8 @@ class LayerQuantizer:
             return kivi(k, r.bits, True), kivi(v, r.bits, False)
         if r.kind == "fp32":
             return k, v
+        if r.kind == "emu":
+            return r.emu.layer_kv(layer, k, v, r.emu_block_tokens)
         raise ValueError(r.kind)
 
     def _codec_kv(self, layer: int, k: np.ndarray, v: np.ndarray):
@@ -292,4 +342,6 @@ class LayerQuantizer:
         for l in range(kv.shape[0]):
             out[l, 0], out[l, 1] = self.layer_kv(l, kv[l, 0].astype(np.float32),
                                                  kv[l, 1].astype(np.float32))
+        if self.row.kind == "emu":  # what GetBlocks RAW fp16 would return
+            out = out.astype(np.float16).astype(np.float32)
         return out

@@ -175,7 +175,8 @@ def load(args):
     ids = np.asarray(model.tokenizer.encode(text), dtype=np.int64)
     log("model %r loaded, %d text tokens from %s (%.1fs)" % (model, ids.size, args.text,
                                                              time.time() - t0))
-    rows = quantizers.all_rows() + (quantizers.study_rows() if args.rows else [])
+    rows = quantizers.all_rows() + (quantizers.study_rows() + quantizers.frac_study_rows()
+                                    if args.rows else [])
     if args.quick and not args.rows:
         args.rows = QUICK_ROWS
     if args.rows:
@@ -204,6 +205,19 @@ def _resume(args, part: dict, part_path: str, rows) -> int:
     log("resuming %s after %d windows (%s)" % (part["protocol"], k, ", ".join(
         "%s: %d" % (n, len(m["nll"])) for n, m in part["rows"].items())))
     return k
+
+
+def _check_resumed_ref(part: dict, window: int, ref_nll: float) -> None:
+    """The forward of a resumed checkpoint must be this machine's: NumPy's OpenBLAS picks its
+    kernels by CPU (DYNAMIC_ARCH), so another CPU gives other float sums, and the quantized
+    rows, whose rounding decisions flip with them, move by several nats per window (issue 12:
+    window 0 of all_kv, reference 1439.3824 there vs 1439.3635 here, kivi-4 1431.88 vs 1441.40).
+    Rows computed here could not be paired with the checkpoint's; refuse."""
+    if part["ref"] and part["ref"][0] != ref_nll:
+        raise SystemExit("checkpoint's reference NLL of window %d is %r, this machine computes "
+                         "%r: it was made on another CPU or numpy/BLAS build, whose rows cannot "
+                         "be paired with rows computed here; use a fresh --out-dir"
+                         % (window, part["ref"][0], ref_nll))
 
 
 def _rows_behind(part: dict, rows, wi: int):
@@ -297,22 +311,29 @@ def run_prefix_reuse(args, model, ids, rows, part_path: str) -> None:
                                                       "server_equals_local_codec")})
         first = min([len(part["rows"][r.name]["nll"]) for r in rows] + [done])
         stop = min(n, args.stop_after) if args.stop_after else n
+
+        def window_kv(wi):
+            w = ids[starts[wi]:starts[wi] + P + C + 1]
+            _, kv = model.prefill(w[:P], logits="last")
+            return w, kv
+
+        def cont_nll(w, past) -> float:
+            lg, _ = model.prefill(w[P:P + C], past_kv=past)
+            from forward import token_nll
+            return float(np.sum(token_nll(lg, w[P + 1:P + C + 1])))
+
+        if done and first < stop:
+            w0, kv0 = window_kv(0)
+            _check_resumed_ref(part, 0, cont_nll(w0, kv0.astype(np.float16)))
         for wi in progress(range(first, stop), max(0, stop - first), "prefix_reuse"):
             todo = _rows_behind(part, rows, wi)
             if not todo:
                 continue
-            w = ids[starts[wi]:starts[wi] + P + C + 1]
-            _, kv = model.prefill(w[:P], logits="last")
+            w, kv = window_kv(wi)
             kv16 = kv.astype(np.float16)
-            targets = w[P + 1:P + C + 1]
-
-            def cont_nll(past) -> float:
-                lg, _ = model.prefill(w[P:P + C], past_kv=past)
-                from forward import token_nll
-                return float(np.sum(token_nll(lg, targets)))
 
             if wi >= len(part["ref"]):
-                part["ref"].append(cont_nll(kv16))
+                part["ref"].append(cont_nll(w, kv16))
             blocks = np.ascontiguousarray(
                 kv16.reshape(L, 2, nb, BLOCK_TOKENS, H, D).transpose(2, 0, 1, 3, 4, 5))
             for r in todo:
@@ -347,7 +368,7 @@ def run_prefix_reuse(args, model, ids, rows, part_path: str) -> None:
                     past = kv
                 else:
                     past = quants[r.name].full_kv(kv16)
-                meta["nll"].append(cont_nll(past))
+                meta["nll"].append(cont_nll(w, past))
                 meta["count"].append(int(C))
             part["windows_done"] = max(part["windows_done"], wi + 1)
             write_json(part_path, part)
@@ -487,6 +508,10 @@ def run_all_kv(args, model, ids, rows, part_path: str) -> None:
                         if part["rows"][r.name].get("attn_kl_per_layer") else 0) for r in rows}
     if args.stop_after:
         last = min(last, args.stop_after)
+    if args.resume and part["ref"] and done < last:
+        w0 = ids[starts[first]:starts[first] + T]
+        lg0, _, _ = forward(model, w0, lambda l, k, v: (to16(k), to16(v)))
+        _check_resumed_ref(part, first, float(np.sum(token_nll(lg0[:-1], w0[1:]))))
     for wi in progress(range(done, last), max(0, last - done), "all_kv"):
         todo = rows + [fp32_row] if first else _rows_behind(part, rows + [fp32_row], wi)
         if not todo:
