@@ -6,19 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "byte_buffer_test_util.h"
 #include "turbokv/v1/turbokv.pb.h"
 #include "wire_format.h"
 
 namespace turbokv::client::internal {
 namespace {
 
-std::string Flatten(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(b.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
+using turbokv::testing::Flatten;
 
 TEST(WireFormatTest, PutChunkIsTheMessagesSerialization) {
   for (size_t size : {size_t{0}, size_t{1}, size_t{127}, size_t{128}, size_t{300000}}) {

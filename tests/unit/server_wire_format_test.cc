@@ -6,16 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "byte_buffer_test_util.h"
+
 namespace turbokv::server {
 namespace {
 
-std::string Flatten(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(b.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
+using turbokv::testing::Flatten;
 
 TEST(ServerWireFormatTest, GetBlocksResponseIsTheMessagesSerialization) {
   for (size_t size : {size_t{0}, size_t{1}, size_t{200}, size_t{1} << 20}) {
@@ -58,7 +54,7 @@ TEST(ServerWireFormatTest, LookupRequestParsesLikeProtobuf) {
 
   for (const std::string& bad : {bytes.substr(0, bytes.size() - 3),  // inside the lease varint
                                  std::string("\x09\x01\x02", 3),  // short fixed64
-                                 std::string("\x12\x05ab", 4),    // bytes past the end
+                                 std::string("\x12\x05" "ab", 4),    // bytes past the end
                                  std::string("\x00", 1), std::string("\x0b", 1)}) {
     EXPECT_EQ(ParseLookupRequest(bad, &v).code(), absl::StatusCode::kInvalidArgument);
   }
