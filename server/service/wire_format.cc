@@ -1,24 +1,34 @@
 #include "server/service/wire_format.h"
 
+#include <climits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/slice.h"
 
 namespace turbokv::server {
 namespace {
 
-void ReleaseOwner(void* owner) { delete static_cast<std::shared_ptr<const void>*>(owner); }
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::internal::WireFormatLite;
 
-bool ReadVarint(std::string_view* in, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
-    const auto b = static_cast<uint8_t>(in->front());
-    in->remove_prefix(1);
-    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
-}
+// The tags this file reads or writes (field number and wire type, as turbokv.proto has them).
+constexpr uint32_t kLookupNamespaceIdTag =
+    WireFormatLite::MakeTag(v1::LookupRequest::kNamespaceIdFieldNumber,
+                            WireFormatLite::WIRETYPE_FIXED64);
+constexpr uint32_t kLookupBlockHashesTag =
+    WireFormatLite::MakeTag(v1::LookupRequest::kBlockHashesFieldNumber,
+                            WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kLookupLeaseSecondsTag =
+    WireFormatLite::MakeTag(v1::LookupRequest::kLeaseSecondsFieldNumber,
+                            WireFormatLite::WIRETYPE_VARINT);
+constexpr uint32_t kGetBlocksDataTag = WireFormatLite::MakeTag(
+    v1::GetBlocksResponse::kDataFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+
+void ReleaseOwner(void* owner) { delete static_cast<std::shared_ptr<const void>*>(owner); }
 
 absl::Status NotALookupRequest(const char* what) {
   return absl::InvalidArgumentError(std::string("the request is not a LookupRequest: ") + what);
@@ -28,23 +38,21 @@ absl::Status NotALookupRequest(const char* what) {
 
 grpc::ByteBuffer SerializeGetBlocksResponse(const v1::GetBlocksResponse& fields,
                                             const Payload& payload) {
-  std::string head;
-  fields.SerializeToString(&head);
+  const size_t fields_size = fields.ByteSizeLong();
   if (payload.size == 0) {  // proto3 leaves an empty bytes field off the wire
-    grpc::Slice only(head);
+    grpc::Slice only(fields_size);
+    fields.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(only.begin()));
     return grpc::ByteBuffer(&only, 1);
   }
-  // Field 8, wire type 2 (length-delimited), then the length as a varint.
-  head.push_back(static_cast<char>((8 << 3) | 2));
-  for (uint64_t n = payload.size;; n >>= 7) {
-    if (n < 0x80) {
-      head.push_back(static_cast<char>(n));
-      break;
-    }
-    head.push_back(static_cast<char>((n & 0x7f) | 0x80));
-  }
+  // The small fields, then the tag and length of `data` (field 8, which protobuf writes last):
+  // one slice; the payload follows as its own slice, not copied.
+  grpc::Slice head(fields_size + CodedOutputStream::VarintSize32(kGetBlocksDataTag) +
+                   CodedOutputStream::VarintSize64(payload.size));
+  uint8_t* at = fields.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(head.begin()));
+  at = CodedOutputStream::WriteTagToArray(kGetBlocksDataTag, at);
+  CodedOutputStream::WriteVarint64ToArray(payload.size, at);
   grpc::Slice slices[2] = {
-      grpc::Slice(head),
+      std::move(head),
       grpc::Slice(const_cast<char*>(payload.data), payload.size, &ReleaseOwner,
                   new std::shared_ptr<const void>(payload.owner))};
   return grpc::ByteBuffer(slices, 2);
@@ -52,40 +60,38 @@ grpc::ByteBuffer SerializeGetBlocksResponse(const v1::GetBlocksResponse& fields,
 
 absl::Status ParseLookupRequest(std::string_view bytes, LookupRequestView* out) {
   *out = LookupRequestView{};
-  std::string_view in = bytes;
-  while (!in.empty()) {
-    uint64_t tag = 0, v = 0;
-    if (!ReadVarint(&in, &tag)) return NotALookupRequest("truncated tag");
-    const uint64_t field = tag >> 3;
-    if (field == 0) return NotALookupRequest("field number 0");
-    switch (tag & 7) {
-      case 0:
-        if (!ReadVarint(&in, &v)) return NotALookupRequest("truncated varint");
-        if (field == 3) out->lease_seconds = static_cast<uint32_t>(v);
-        break;
-      case 1:
-        if (in.size() < 8) return NotALookupRequest("truncated fixed64");
-        if (field == 1) {
-          v = 0;
-          for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>(in[b]);
-          out->namespace_id = v;
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) return NotALookupRequest("over 2 GiB");
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                      static_cast<int>(bytes.size()));
+  for (;;) {
+    const uint32_t tag = in.ReadTag();
+    switch (tag) {
+      case 0:  // the end of the message, or a tag that is not one
+        if (in.ConsumedEntireMessage()) return absl::OkStatus();
+        return NotALookupRequest("truncated tag or field number 0");
+      case kLookupNamespaceIdTag:
+        if (!in.ReadLittleEndian64(&out->namespace_id)) {
+          return NotALookupRequest("truncated fixed64");
         }
-        in.remove_prefix(8);
         break;
-      case 2:
-        if (!ReadVarint(&in, &v) || v > in.size()) return NotALookupRequest("truncated bytes");
-        if (field == 2) out->block_hashes.push_back(in.substr(0, v));
-        in.remove_prefix(v);
+      case kLookupBlockHashesTag: {
+        int size = 0;
+        if (!in.ReadVarintSizeAsInt(&size)) return NotALookupRequest("truncated bytes length");
+        const int at = in.CurrentPosition();  // the array's offset: views stay in `bytes`
+        if (!in.Skip(size)) return NotALookupRequest("truncated bytes");
+        out->block_hashes.push_back(bytes.substr(at, size));
         break;
-      case 5:
-        if (in.size() < 4) return NotALookupRequest("truncated fixed32");
-        in.remove_prefix(4);
+      }
+      case kLookupLeaseSecondsTag:
+        if (!in.ReadVarint32(&out->lease_seconds)) return NotALookupRequest("truncated varint");
         break;
-      default:
-        return NotALookupRequest("unsupported wire type");
+      default:  // an unknown field (or a known one with another wire type), skipped as protobuf
+        if (!WireFormatLite::SkipField(&in, tag)) {
+          return NotALookupRequest("truncated or malformed unknown field");
+        }
+        break;
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace turbokv::server

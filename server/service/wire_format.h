@@ -1,5 +1,5 @@
 // The two messages of the request path that are read or written around gRPC's byte buffers
-// instead of through protobuf objects.
+// instead of through protobuf objects (with protobuf's own coded-stream primitives).
 //
 // GetBlocksResponse, put on the wire without copying its `data`:
 // The small fields are serialized by protobuf; `data` (field 8, which protobuf always writes
@@ -44,7 +44,8 @@ struct LookupRequestView {
 };
 
 // Parses `bytes` (a serialized LookupRequest, which must outlive *out) into *out, with
-// protobuf's semantics (unknown fields skipped, the last of a repeated scalar wins).
+// protobuf's semantics: it parses exactly when ParseFromString would (unknown fields of any
+// wire type skipped, the last of a repeated scalar wins).
 // INVALID_ARGUMENT when it is not a well-formed message.
 [[nodiscard]] absl::Status ParseLookupRequest(std::string_view bytes, LookupRequestView* out);
 
