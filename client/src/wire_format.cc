@@ -1,74 +1,37 @@
 #include "wire_format.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
+#include "absl/container/fixed_array.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "turbokv/v1/turbokv.pb.h"
 
 namespace turbokv::client::internal {
 namespace {
 
-// A read position over a list of byte pieces.
-class Cursor {
- public:
-  explicit Cursor(absl::Span<const absl::string_view> pieces) : pieces_(pieces) { SkipEmpty(); }
+using google::protobuf::io::ArrayInputStream;
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::io::ConcatenatingInputStream;
+using google::protobuf::io::ZeroCopyInputStream;
+using google::protobuf::internal::WireFormatLite;
+using Response = v1::GetBlocksResponse;
+using Lookup = v1::LookupRequest;
 
-  bool AtEnd() const { return piece_ == pieces_.size(); }
-
-  bool Byte(uint8_t* b) {
-    if (AtEnd()) return false;
-    *b = static_cast<uint8_t>(pieces_[piece_][pos_]);
-    Advance(1);
-    return true;
-  }
-
-  bool Varint(uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      uint8_t b = 0;
-      if (!Byte(&b)) return false;
-      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return false;  // more than 10 bytes
-  }
-
-  // The next n bytes as views (appended to *out when out is not null).
-  bool Take(uint64_t n, std::vector<absl::string_view>* out) {
-    while (n > 0) {
-      if (AtEnd()) return false;
-      const absl::string_view p = pieces_[piece_].substr(pos_);
-      const size_t k = static_cast<size_t>(std::min<uint64_t>(n, p.size()));
-      if (out != nullptr) out->push_back(p.substr(0, k));
-      Advance(k);
-      n -= k;
-    }
-    return true;
-  }
-
- private:
-  void Advance(size_t k) {
-    pos_ += k;
-    if (pos_ == pieces_[piece_].size()) {
-      ++piece_;
-      pos_ = 0;
-      SkipEmpty();
-    }
-  }
-  void SkipEmpty() {
-    while (piece_ < pieces_.size() && pieces_[piece_].empty()) ++piece_;
-  }
-
-  absl::Span<const absl::string_view> pieces_;
-  size_t piece_ = 0;
-  size_t pos_ = 0;
-};
-
-void PutVarint(std::string* out, uint64_t v) {
-  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-  out->push_back(static_cast<char>(v));
+constexpr uint32_t Tag(int field, WireFormatLite::WireType type) {
+  return WireFormatLite::MakeTag(field, type);
 }
+constexpr auto kVarint = WireFormatLite::WIRETYPE_VARINT;
+constexpr auto kBytes = WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+constexpr size_t kInlinePieces = 32;
 
 absl::Status Malformed(const char* what) {
   return absl::DataLossError(absl::StrCat("GetBlocks response does not parse: ", what));
@@ -78,89 +41,113 @@ absl::Status Malformed(const char* what) {
 
 absl::Status ParseGetBlocksResponse(absl::Span<const absl::string_view> pieces, WireChunk* out) {
   *out = WireChunk{};
-  Cursor c(pieces);
-  while (!c.AtEnd()) {
-    uint64_t tag = 0;
-    if (!c.Varint(&tag)) return Malformed("truncated tag");
-    const uint64_t field = tag >> 3;
-    const int wire_type = static_cast<int>(tag & 7);
-    if (field == 0) return Malformed("field number 0");
-    uint64_t v = 0;
-    switch (wire_type) {
-      case 0:  // varint
-        if (!c.Varint(&v)) return Malformed("truncated varint");
-        switch (field) {
-          case 1: out->index = static_cast<uint32_t>(v); break;
-          case 3: out->found = v != 0; break;
-          case 4: out->encoding = static_cast<int>(v); break;
-          case 5: out->dtype = static_cast<int>(v); break;
-          case 6: out->block_bytes = v; break;
-          case 7: out->offset = v; break;
-          default: break;
+  // protobuf's reader over the pieces in order; the views it hands out point into them. A
+  // message of up to kInlinePieces slices needs no allocation for it.
+  absl::FixedArray<std::optional<ArrayInputStream>, kInlinePieces> arrays(pieces.size());
+  absl::FixedArray<ZeroCopyInputStream*, kInlinePieces> streams(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].size() > static_cast<size_t>(INT32_MAX)) return Malformed("a piece over 2 GiB");
+    streams[i] = &arrays[i].emplace(pieces[i].data(), static_cast<int>(pieces[i].size()));
+  }
+  ConcatenatingInputStream concatenated(streams.data(), static_cast<int>(streams.size()));
+  CodedInputStream in(&concatenated);
+  uint64_t v = 0;
+  for (;;) {
+    const uint32_t tag = in.ReadTag();
+    switch (tag) {
+      case 0:  // the end of the message, or a tag that is not one
+        if (in.ConsumedEntireMessage()) return absl::OkStatus();
+        return Malformed("truncated tag or field number 0");
+      case Tag(Response::kIndexFieldNumber, kVarint):
+      case Tag(Response::kFoundFieldNumber, kVarint):
+      case Tag(Response::kEncodingFieldNumber, kVarint):
+      case Tag(Response::kDtypeFieldNumber, kVarint):
+      case Tag(Response::kBlockBytesFieldNumber, kVarint):
+      case Tag(Response::kOffsetFieldNumber, kVarint):
+        if (!in.ReadVarint64(&v)) return Malformed("truncated varint");
+        switch (WireFormatLite::GetTagFieldNumber(tag)) {
+          case Response::kIndexFieldNumber: out->index = static_cast<uint32_t>(v); break;
+          case Response::kFoundFieldNumber: out->found = v != 0; break;
+          case Response::kEncodingFieldNumber: out->encoding = static_cast<int>(v); break;
+          case Response::kDtypeFieldNumber: out->dtype = static_cast<int>(v); break;
+          case Response::kBlockBytesFieldNumber: out->block_bytes = v; break;
+          default: out->offset = v; break;
         }
         break;
-      case 1:  // fixed64
-        if (!c.Take(8, nullptr)) return Malformed("truncated fixed64");
-        break;
-      case 5:  // fixed32
-        if (!c.Take(4, nullptr)) return Malformed("truncated fixed32");
-        break;
-      case 2:  // length-delimited
-        if (!c.Varint(&v)) return Malformed("truncated length");
-        if (field == 8) {  // data; a repeated occurrence replaces the earlier one
-          out->data.clear();
-          out->data_size = v;
-          if (!c.Take(v, &out->data)) return Malformed("truncated data");
-        } else if (!c.Take(v, nullptr)) {
-          return Malformed("truncated bytes field");
+      case Tag(Response::kDataFieldNumber, kBytes): {
+        // A repeated occurrence replaces the earlier one, as protobuf's would.
+        int size = 0;
+        if (!in.ReadVarintSizeAsInt(&size)) return Malformed("truncated data length");
+        out->data.clear();
+        out->data_size = static_cast<uint64_t>(size);
+        while (size > 0) {  // views into the pieces, one per piece the field spans
+          const void* at = nullptr;
+          int n = 0;
+          if (!in.GetDirectBufferPointer(&at, &n)) return Malformed("truncated data");
+          n = std::min(n, size);
+          out->data.emplace_back(static_cast<const char*>(at), static_cast<size_t>(n));
+          in.Skip(n);  // within the buffer GetDirectBufferPointer returned: cannot fail
+          size -= n;
         }
         break;
-      default:
-        return Malformed("unsupported wire type");
+      }
+      default:  // an unknown field (or a known one with another wire type), skipped as protobuf
+        if (!WireFormatLite::SkipField(&in, tag)) {
+          return Malformed("truncated or malformed unknown field");
+        }
+        break;
     }
   }
-  return absl::OkStatus();
 }
 
 grpc::ByteBuffer SerializeWithData(const google::protobuf::MessageLite& fields, int data_field,
                                    absl::string_view data) {
-  std::string head;
-  fields.SerializeToString(&head);
+  const size_t fields_size = fields.ByteSizeLong();
   if (data.empty()) {  // proto3 leaves an empty bytes field off the wire
-    grpc::Slice only(head);
+    grpc::Slice only(fields_size);
+    fields.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(only.begin()));
     return grpc::ByteBuffer(&only, 1);
   }
-  PutVarint(&head, (static_cast<uint64_t>(data_field) << 3) | 2);  // tag (length-delimited)
-  PutVarint(&head, data.size());                                   // then the length
-  // One slice for both: the payload's single copy, and the header rides along.
-  grpc::Slice out(head.size() + data.size());
-  auto* at = const_cast<uint8_t*>(out.begin());
-  std::memcpy(at, head.data(), head.size());
-  std::memcpy(at + head.size(), data.data(), data.size());
+  const uint32_t tag = Tag(data_field, kBytes);
+  // One slice for the fields, the tag and length of `data`, and `data`: the payload's single
+  // copy, and the header rides along.
+  grpc::Slice out(fields_size + CodedOutputStream::VarintSize32(tag) +
+                  CodedOutputStream::VarintSize64(data.size()) + data.size());
+  uint8_t* at = fields.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(out.begin()));
+  at = CodedOutputStream::WriteTagToArray(tag, at);
+  at = CodedOutputStream::WriteVarint64ToArray(data.size(), at);
+  std::memcpy(at, data.data(), data.size());
   return grpc::ByteBuffer(&out, 1);
 }
 
 grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id,
                                         absl::Span<const std::string> hashes,
                                         uint32_t lease_seconds) {
-  size_t size = namespace_id != 0 ? 9 : 0;
-  for (const std::string& h : hashes) size += 2 + (h.size() >= 128 ? 9 : 0) + h.size();
-  std::string out;
-  out.reserve(size + 6);
-  if (namespace_id != 0) {  // field 1, fixed64 (proto3 leaves a zero off the wire)
-    out.push_back(static_cast<char>((1 << 3) | 1));
-    for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>(namespace_id >> (8 * b)));
+  // Sized as protobuf sizes the message (proto3 leaves zero scalars off the wire), then
+  // written with its primitives in field order, straight into the slice.
+  size_t size = 0;
+  if (namespace_id != 0) {
+    size += WireFormatLite::TagSize(Lookup::kNamespaceIdFieldNumber, WireFormatLite::TYPE_FIXED64) +
+            WireFormatLite::kFixed64Size;
   }
-  for (const std::string& h : hashes) {  // field 2, repeated bytes
-    out.push_back(static_cast<char>((2 << 3) | 2));
-    PutVarint(&out, h.size());
-    out.append(h);
+  const size_t hash_tag_size =
+      WireFormatLite::TagSize(Lookup::kBlockHashesFieldNumber, WireFormatLite::TYPE_BYTES);
+  for (const std::string& h : hashes) size += hash_tag_size + WireFormatLite::BytesSize(h);
+  if (lease_seconds != 0) {
+    size += WireFormatLite::TagSize(Lookup::kLeaseSecondsFieldNumber, WireFormatLite::TYPE_UINT32) +
+            WireFormatLite::UInt32Size(lease_seconds);
   }
-  if (lease_seconds != 0) {  // field 3, varint
-    out.push_back(static_cast<char>(3 << 3));
-    PutVarint(&out, lease_seconds);
+  grpc::Slice slice(size);
+  auto* at = const_cast<uint8_t*>(slice.begin());
+  if (namespace_id != 0) {
+    at = WireFormatLite::WriteFixed64ToArray(Lookup::kNamespaceIdFieldNumber, namespace_id, at);
   }
-  grpc::Slice slice(out);
+  for (const std::string& h : hashes) {
+    at = WireFormatLite::WriteBytesToArray(Lookup::kBlockHashesFieldNumber, h, at);
+  }
+  if (lease_seconds != 0) {
+    WireFormatLite::WriteUInt32ToArray(Lookup::kLeaseSecondsFieldNumber, lease_seconds, at);
+  }
   return grpc::ByteBuffer(&slice, 1);
 }
 

@@ -5,10 +5,11 @@
 // block into the outgoing slice (a message would copy it twice: into its field, then into the
 // serialized buffer).
 //
-// The client reads GetBlocks as raw byte buffers and parses the protobuf wire format itself,
-// so a chunk's `data` is never copied into a message first: it stays a list of views into the
-// received slices, and BlockAssembler appends them to the block (one copy from the socket's
-// buffers to the block the caller gets). Unknown fields are skipped, as protobuf would.
+// The client reads GetBlocks as raw byte buffers and reads the fields with protobuf's own
+// CodedInputStream over the received slices, so a chunk's `data` is never copied into a
+// message first: it stays a list of views into the received slices, and BlockAssembler
+// appends them to the block (one copy from the socket's buffers to the block the caller gets).
+// Any input parses exactly when protobuf's ParseFromString would (unknown fields skipped).
 #ifndef TURBOKV_CLIENT_SRC_WIRE_FORMAT_H_
 #define TURBOKV_CLIENT_SRC_WIRE_FORMAT_H_
 
