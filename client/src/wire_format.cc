@@ -31,7 +31,7 @@ constexpr uint32_t Tag(int field, WireFormatLite::WireType type) {
 }
 constexpr auto kVarint = WireFormatLite::WIRETYPE_VARINT;
 constexpr auto kBytes = WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
-constexpr size_t kInlinePieces = 32;
+constexpr size_t kInlinePieces = 128;
 
 absl::Status Malformed(const char* what) {
   return absl::DataLossError(absl::StrCat("GetBlocks response does not parse: ", what));
@@ -42,7 +42,8 @@ absl::Status Malformed(const char* what) {
 absl::Status ParseGetBlocksResponse(absl::Span<const absl::string_view> pieces, WireChunk* out) {
   *out = WireChunk{};
   // protobuf's reader over the pieces in order; the views it hands out point into them. A
-  // message of up to kInlinePieces slices needs no allocation for it.
+  // message of up to kInlinePieces slices needs no allocation for it (gRPC on loopback hands
+  // over a 1 MiB message in 81-89 slices).
   absl::FixedArray<std::optional<ArrayInputStream>, kInlinePieces> arrays(pieces.size());
   absl::FixedArray<ZeroCopyInputStream*, kInlinePieces> streams(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
