@@ -1,6 +1,7 @@
 // `turbokv bench`: a concurrent put/get load against a server.
 //
-// Registers a namespace ("turbokv-bench", the given shape and preset), then runs
+// Registers a namespace ("turbokv-bench", the given shape and preset; no preset: the server's
+// --default-preset), then runs
 // `concurrency` workers for `seconds`: each worker puts a batch of `batch` blocks under fresh
 // block hashes, then gets the same batch back (RAW in the namespace dtype, or PACKED), and
 // records both latencies. The blocks come from a pool of synthetic KV with the structure of
@@ -44,7 +45,7 @@ struct BenchArgs {
   double seconds = 10;
   int concurrency = 4;
   int batch = 8;  // blocks per PutBlocks / GetBlocks call
-  std::string preset = "k4v4-g32";
+  std::string preset;  // empty: the server's --default-preset
   uint32_t block_tokens = 16;
   uint32_t num_layers = 32;
   uint32_t num_kv_heads = 8;
@@ -308,7 +309,7 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
   };
   JsonObject o;
   o.Add("namespace_id", client::FormatNamespaceId(ns))
-      .Add("preset", a.preset)
+      .Add("preset", a.preset.empty() ? std::string("(server default)") : a.preset)
       .Add("dtype", client::DTypeName(d.dtype))
       .Add("shape", absl::StrFormat("L=%d H=%d D=%d block_tokens=%d", d.num_layers, d.num_kv_heads,
                                     d.head_dim, d.block_tokens))
@@ -347,7 +348,7 @@ void AddBenchCommand(CLI::App& app, Action* action) {
   b->add_option("--batch", a->batch, "blocks per call")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  b->add_option("--preset", a->preset)->capture_default_str();
+  b->add_option("--preset", a->preset, "codec preset (empty: the server's --default-preset)");
   b->add_option("--block-tokens", a->block_tokens)->capture_default_str();
   b->add_option("--num-layers", a->num_layers)->capture_default_str();
   b->add_option("--num-kv-heads", a->num_kv_heads)->capture_default_str();

@@ -11,8 +11,8 @@ against a real ``turbokv-server`` on 127.0.0.1:
    would not catch a wrong layout);
 4. engine B (fresh process, vLLM's prefix caching off) serves prompt B: vLLM reports the whole
    blocks of the shared prefix as external hits, and the greedy tokens equal the baseline's;
-5. the same with the default preset (k4v4-g32): token agreement and first-token logprob
-   difference are reported (lossy codec), hits asserted;
+5. the same with preset k4v4-g32 (set explicitly; the connector's default is the server's):
+   token agreement and first-token logprob difference are reported (lossy codec), hits asserted;
 6. the server is killed; a fresh engine still answers prompt B exactly like the baseline (all
    recomputed) and counts the failed lookups;
 7. TLS + token: the connector's tls_ca / tls_cert / tls_key / token_file keys against a server

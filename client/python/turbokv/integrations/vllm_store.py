@@ -28,7 +28,8 @@ class ConnectorOptions:
     server: ``"HOST:PORT"``, ``"HOST:PORT,HOST:PORT,..."`` or ``"dns:///NAME:PORT"``; more than one
         node (or a DNS name) uses rendezvous sharding (``turbokv.ShardedClient``).
     preset: codec preset of the namespace (``k8v4``, ``k4v4-g32``, ..., ``raw``); ``""`` = the
-        server's default. Default ``"k4v4-g32"``.
+        server's ``--default-preset`` (``k5v4`` unless the server was started with another).
+        Default ``""``.
     block_tokens: tokens per turbokv block, a multiple of vLLM's block size; 0 = vLLM's block size.
         Larger blocks mean fewer, larger RPC items; hits are whole turbokv blocks. Default 0.
     model / model_revision: namespace identity; default vLLM's model (path or name) and revision.
@@ -53,7 +54,7 @@ class ConnectorOptions:
     variables (``turbokv.Security.from_env``).
     """
     server: str
-    preset: str = "k4v4-g32"
+    preset: str = ""
     block_tokens: int = 0
     model: str = ""
     model_revision: str = ""
