@@ -29,11 +29,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "commands.h"
 #include "kv_layout.h"
 #include "npy.h"
 #include "turbokv/codec/status_macros.h"
+#include "turbokv/codec/types.h"
 
 namespace turbokv::cli {
 namespace {
@@ -343,23 +345,39 @@ void AddBenchCommand(CLI::App& app, Action* action) {
                                    "concurrent put/get load; prints throughput and "
                                    "latency percentiles");
   auto a = std::make_shared<BenchArgs>();
-  b->add_option("--seconds", a->seconds)->capture_default_str()->check(CLI::PositiveNumber);
-  b->add_option("--concurrency", a->concurrency)->capture_default_str()->check(CLI::Range(1, 1024));
+  b->add_option("--seconds", a->seconds, "how long the load runs")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
+  b->add_option("--concurrency", a->concurrency, "workers, each a put/get loop")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   b->add_option("--batch", a->batch, "blocks per call")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  b->add_option("--preset", a->preset, "codec preset (empty: the server's --default-preset)");
-  b->add_option("--block-tokens", a->block_tokens)->capture_default_str();
-  b->add_option("--num-layers", a->num_layers)->capture_default_str();
-  b->add_option("--num-kv-heads", a->num_kv_heads)->capture_default_str();
-  b->add_option("--head-dim", a->head_dim)->capture_default_str();
-  b->add_option("--dtype", a->dtype)->capture_default_str();
+  b->add_option("--preset", a->preset,
+                absl::StrCat("codec preset: ", absl::StrJoin(codec::PresetNames(), ", "),
+                             " (empty: the server's --default-preset)"));
+  b->add_option("--block-tokens", a->block_tokens, "tokens per block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  b->add_option("--num-layers", a->num_layers, "layers per block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  b->add_option("--num-kv-heads", a->num_kv_heads, "KV heads per block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  b->add_option("--head-dim", a->head_dim, "values per head")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  b->add_option("--dtype", a->dtype, "dtype of the synthetic blocks: fp16, bf16 or fp32")
+      ->capture_default_str();
   b->add_option("--kv", a->kv,
                 "use blocks of this KV.npy [L][2][T][H][D] instead of "
                 "synthetic ones (sets the shape and dtype)")
       ->check(CLI::ExistingFile);
   b->add_option("--pool-blocks", a->pool_blocks, "distinct synthetic blocks")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   b->add_flag("--packed-get", a->packed_get, "get PACKED blocks instead of decoded RAW");
   b->add_flag("--keep", a->keep, "keep the bench namespace and its blocks");
   b->callback([a, action] {

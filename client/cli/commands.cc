@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -521,16 +522,37 @@ void AddNamespaceCommands(CLI::App& app, Action* action) {
   auto a = std::make_shared<NsRegisterArgs>();
   reg->add_option("--model", a->d.model, "model id")->required();
   reg->add_option("--model-revision", a->d.model_revision, "weights revision");
-  reg->add_option("--num-layers", a->d.num_layers)->required();
-  reg->add_option("--num-kv-heads", a->d.num_kv_heads)->required();
-  reg->add_option("--head-dim", a->d.head_dim)->required();
-  reg->add_option("--block-tokens", a->d.block_tokens)->required();
+  reg->add_option("--num-layers", a->d.num_layers, "layers of the model")
+      ->required()
+      ->check(CLI::Range(1, 65535));
+  reg->add_option("--num-kv-heads", a->d.num_kv_heads,
+                  "KV heads stored in this namespace: the model's, divided by --tp-size")
+      ->required()
+      ->check(CLI::Range(1, 65535));
+  reg->add_option("--head-dim", a->d.head_dim,
+                  "values per head (the preset may need a multiple of its group)")
+      ->required()
+      ->check(CLI::Range(1, 65535));
+  reg->add_option("--block-tokens", a->d.block_tokens, "tokens per block")
+      ->required()
+      ->check(CLI::Range(1, 65535));
   reg->add_option("--dtype", a->dtype, "fp16, bf16 or fp32")->capture_default_str();
-  reg->add_option("--preset", a->preset, "codec preset (empty: the server default)");
-  reg->add_option("--tp-rank", a->d.tp_rank);
-  reg->add_option("--tp-size", a->d.tp_size);
-  reg->add_option("--cache-salt", a->d.cache_salt);
-  reg->add_option("--ttl-seconds", a->d.ttl_seconds);
+  reg->add_option("--preset", a->preset,
+                  absl::StrCat("codec preset: ", absl::StrJoin(codec::PresetNames(), ", "),
+                               " (empty: the server's --default-preset)"));
+  reg->add_option("--tp-rank", a->d.tp_rank,
+                  "tensor-parallel rank of this shard, 0..tp-size-1 (default 0)")
+      ->check(CLI::Range(0, 65535));
+  reg->add_option("--tp-size", a->d.tp_size,
+                  "tensor-parallel size (default 0; 0 and 1 both mean unsharded)")
+      ->check(CLI::Range(0, 65535));
+  reg->add_option("--cache-salt", a->d.cache_salt,
+                  "tenant / cache salt, part of the namespace id: another salt is another, "
+                  "empty namespace (default empty)");
+  reg->add_option("--ttl-seconds", a->d.ttl_seconds,
+                  "blocks expire this long after their last put or get; 0 = never "
+                  "(unset: a new namespace never expires, an existing one keeps its TTL)")
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
   reg->callback([a, action] {
     *action = [a](const GlobalOptions& g, const Client& c) { return RunNsRegister(g, c, *a); };
   });
@@ -579,7 +601,10 @@ void AddLookupCommand(CLI::App& app, Action* action) {
   lk->add_option("--tokens", a->tokens, "TOKENS.npy int32/int64 [T]")
       ->required()
       ->check(CLI::ExistingFile);
-  lk->add_option("--lease-seconds", a->lease_seconds, "pin the matched blocks this long");
+  lk->add_option("--lease-seconds", a->lease_seconds,
+                 "pin the matched blocks this long (0 = no lease; up to the server's "
+                 "--max-lease-seconds)")
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
   lk->callback([a, action] {
     *action = [a](const GlobalOptions& g, const Client& c) { return RunLookup(g, c, *a); };
   });

@@ -56,9 +56,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
   app.add_flag("--json", g.json, "print one JSON object per command");
-  app.add_option("--timeout", g.timeout_seconds, "deadline of each RPC in seconds")
+  app.add_option("--timeout", g.timeout_seconds,
+                 "deadline of each RPC in seconds, retries included")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.001, 86400.0));
   app.add_option("--progress", g.progress,
                  "progress lines on stderr for put/get: auto (when stderr is a terminal and "
                  "--json is off), always, never")

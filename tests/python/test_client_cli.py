@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -159,6 +160,44 @@ def test_cli_errors(turbokv_cli, turbokv_server, tmp_path):
     # Usage error: exit 2.
     p = subprocess.run([turbokv_cli, "put"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
+
+
+@pytest.mark.parametrize("args,message", [
+    (["ns", "register", "--model", "m", "--num-layers", "-3", "--num-kv-heads", "1",
+      "--head-dim", "64", "--block-tokens", "16"], "--num-layers: Value -3 not in range 1 to 65535"),
+    (["ns", "register", "--model", "m", "--num-layers", "3", "--num-kv-heads", "1", "--head-dim",
+      "64", "--block-tokens", "16", "--ttl-seconds", "99999999999999"],
+     "--ttl-seconds: Value 99999999999999 not in range 0 to 4294967295"),
+    (["lookup", "--namespace", "1", "--tokens", __file__, "--lease-seconds", "-1"],
+     "--lease-seconds: Value -1 not in range 0 to 4294967295"),
+    (["--timeout", "0", "stats"], "--timeout: Value 0 not in range 0.001000 to 86400.000000"),
+    (["bench", "--pool-blocks", "-5"], "--pool-blocks: Value -5 not in range 1 to 4096"),
+    (["bench", "--pool-blocks", "0"], "--pool-blocks: Value 0 not in range 1 to 4096"),
+])
+def test_cli_number_errors_name_the_range(turbokv_cli, args, message):
+    # Parse errors, before any RPC: exit 2 and the allowed range in the message.
+    p = subprocess.run([turbokv_cli, "--server", "127.0.0.1:1", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_cli_help_describes_every_option(turbokv_cli):
+    for sub in (["ns", "register"], ["bench"]):
+        p = subprocess.run([turbokv_cli, *sub, "--help"], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0
+        # CLI11 prints the description after 2+ spaces, or on the next line when the flag
+        # and its type are long; an undescribed option is the flag and its type alone.
+        lines = p.stdout.splitlines() + [""]
+        for i, l in enumerate(lines):
+            if not l.startswith("  --") or l.startswith("  --help"):
+                continue
+            described = (len(re.split(r"\s{2,}", l.strip())) > 1
+                         or re.match(r"\s{8,}\S", lines[i + 1]) is not None)
+            assert described, "%s: %s has no description" % (" ".join(sub), l)
+    p = subprocess.run([turbokv_cli, "ns", "register", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert "k5v4" in p.stdout and "raw" in p.stdout and "0 = never" in p.stdout
 
 
 def test_cli_bench_short(turbokv_cli, turbokv_server):
