@@ -1,10 +1,11 @@
 #include "npy.h"
 
 #include <cerrno>
-#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -205,13 +206,7 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view file) {
 
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    std::string msg = absl::StrCat("cannot open ", path, ": ", std::strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(msg);
-    if (err == EACCES) return absl::PermissionDeniedError(msg);
-    return absl::UnavailableError(msg);
-  }
+  if (!in) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return absl::UnavailableError(absl::StrCat("error reading ", path));
@@ -260,8 +255,14 @@ absl::Status WriteNpy(const std::string& path, const NpyArray& array) {
   if (!bytes.ok()) return bytes.status();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+    // A local error, coded by errno (a missing directory is NOT_FOUND, not PERMISSION_DENIED).
+    const int err = errno;
+    std::string msg = absl::StrCat("cannot write ", path);
+    if (err == ENOENT) {
+      const std::string dir = std::filesystem::path(path).parent_path().string();
+      absl::StrAppend(&msg, " (directory ", dir.empty() ? "." : dir, " does not exist)");
+    }
+    return absl::ErrnoToStatus(err, msg);
   }
   out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
   out.close();

@@ -153,6 +153,13 @@ def test_cli_errors(turbokv_cli, turbokv_server, tmp_path):
     p = run(turbokv_cli, turbokv_server, "put", "--namespace", ns["namespace_id"], "--kv",
             str(tmp_path / "kvF.npy"), "--tokens", tok_path, check=False)
     assert p.returncode == 1 and "Fortran" in p.stderr
+    # --out into a missing directory: a local NOT_FOUND naming it (was PERMISSION_DENIED).
+    run(turbokv_cli, turbokv_server, "put", "--namespace", ns["namespace_id"], "--kv", kv_path,
+        "--tokens", tok_path)
+    p = run(turbokv_cli, turbokv_server, "get", "--namespace", ns["namespace_id"], "--tokens",
+            tok_path, "--out", str(tmp_path / "missing" / "o.npy"), check=False)
+    assert p.returncode == 1 and json.loads(p.stderr)["error"]["code"] == "NOT_FOUND", p.stderr
+    assert "directory %s does not exist" % (tmp_path / "missing") in p.stderr
     # Unreachable server: UNAVAILABLE.
     p = subprocess.run([turbokv_cli, "--server", "127.0.0.1:1", "--timeout", "3", "stats"],
                        capture_output=True, text=True, timeout=60)

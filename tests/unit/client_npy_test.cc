@@ -152,5 +152,19 @@ TEST(NpyTest, ReadMissingFileIsNotFound) {
   EXPECT_EQ(ReadNpy("/nonexistent/x.npy").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A local ENOENT is NOT_FOUND naming the missing directory, not PERMISSION_DENIED.
+TEST(NpyTest, WriteIntoMissingDirectoryIsNotFound) {
+  NpyArray a;
+  a.descr = "<f2";
+  a.shape = {1};
+  a.data = std::string(2, '\0');
+  const absl::Status s = WriteNpy("/nonexistent/dir/o.npy", a);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("cannot write /nonexistent/dir/o.npy (directory /nonexistent/dir "
+                             "does not exist)"),
+            absl::string_view::npos)
+      << s;
+}
+
 }  // namespace
 }  // namespace turbokv::cli
