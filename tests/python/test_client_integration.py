@@ -405,6 +405,41 @@ def test_put_validation(turbokv_client):
     assert e.value.code == StatusCode.NOT_FOUND
 
 
+def test_argument_errors_name_the_argument():
+    """Checked before any RPC (no server here): the message names the argument and the range,
+    instead of protobuf's "Value out of range: -1" / "string argument without an encoding"."""
+    from conftest import require_stubs
+    require_stubs()
+    from turbokv import Client, ShardedClient
+    h = [b"\x01" * 32]
+    blocks = np.zeros((1, 1, 2, 16, 1, 64), np.float16)
+    for c in (Client("127.0.0.1:1", timeout=5.0), ShardedClient("127.0.0.1:1,127.0.0.1:2")):
+        cases = [
+            (lambda: c.lookup(-1, h), ValueError, "namespace_id must be in [0, 2^64), got -1"),
+            (lambda: c.lookup(1 << 64, h), ValueError, "namespace_id must be in [0, 2^64)"),
+            (lambda: c.lookup(1, h, lease_seconds=-5), ValueError,
+             "lease_seconds must be in [0, 2^32), got -5"),
+            (lambda: c.lookup(1, ["ab" * 16]), TypeError, "hashes[0] must be bytes"),
+            (lambda: c.put_blocks(1, ["abc"], blocks), TypeError, "hashes[0] must be bytes"),
+            (lambda: c.get_blocks(-2, h), ValueError, "namespace_id must be in [0, 2^64)"),
+            (lambda: c.get_packed_blocks(1, b"\x01" * 32), TypeError,
+             "hashes must be a sequence of bytes"),
+            (lambda: c.delete_blocks(1.5, h), TypeError, "namespace_id must be an int, got float"),
+            (lambda: c.drop_namespace(-1), ValueError, "namespace_id must be in [0, 2^64)"),
+            (lambda: c.register_namespace("m", -2, 1, 64, 16), ValueError,
+             "num_layers must be in [0, 2^32), got -2"),
+            (lambda: c.register_namespace("m", 2, 1, 64, 1 << 32), ValueError,
+             "block_tokens must be in [0, 2^32), got 4294967296"),
+            (lambda: c.register_namespace("m", 2, 1, 64, 16, ttl_seconds=-1), ValueError,
+             "ttl_seconds must be in [0, 2^32), got -1"),
+        ]
+        for call, exc, message in cases:
+            with pytest.raises(exc) as e:
+                call()
+            assert message in str(e.value), (type(c).__name__, str(e.value))
+        c.close()
+
+
 def test_retries_then_unavailable_and_deadline():
     """No server: UNAVAILABLE after bounded retries, within the deadline."""
     import time

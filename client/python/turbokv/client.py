@@ -25,7 +25,10 @@ is ``None`` in results, never an error), RESOURCE_EXHAUSTED (store full, request
 UNAVAILABLE (server unreachable or shutting down, after retries), DEADLINE_EXCEEDED,
 DATA_LOSS (corruption, or a response stream that does not reassemble), CANCELLED (client
 closed during the call). Arguments that are wrong before any RPC (shapes, dtypes, lengths,
-buffers) raise ``ValueError`` / ``TypeError``.
+buffers) raise ``ValueError`` / ``TypeError`` naming the argument: ids and counts out of the
+proto's range ("namespace_id must be in [0, 2^64), got -1"; u32 fields [0, 2^32)), hashes that
+are not bytes ("hashes[0] must be bytes"). A ``timeout`` <= 0 is DEADLINE_EXCEEDED (the
+budget is spent), as for a call that runs out of time.
 
 Retries and deadlines: every v1 RPC is idempotent, so every call is retried on UNAVAILABLE
 with exponential backoff (``max_attempts`` attempts in all, 50 ms doubling to at most 2 s,
@@ -43,6 +46,7 @@ Thread safety: a Client may be shared by threads (one gRPC channel).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import random
 import threading
 import time
@@ -89,6 +93,31 @@ def _dtype_name(dtype: Any) -> str:
     if key not in _DTYPE_ALIASES:
         raise ValueError("unknown dtype %r; expected fp16, bf16 or fp32" % (dtype,))
     return _DTYPE_ALIASES[key]
+
+
+def _uint(name: str, value: Any, bits: int = 32, low: int = 0) -> int:
+    """``value`` as an int in [low, 2^bits); ValueError / TypeError naming ``name`` (protobuf's
+    own "Value out of range: -1" names neither the argument nor the range)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError("%s must be an int, got %s" % (name, type(value).__name__))
+    v = int(value)
+    if not low <= v < 1 << bits:
+        raise ValueError("%s must be in [%d, 2^%d), got %d" % (name, low, bits, v))
+    return v
+
+
+def _block_hashes(hashes: Sequence[Any]) -> List[bytes]:
+    """Block hashes as bytes; a str (a hex digest, say) is a TypeError naming its index."""
+    if isinstance(hashes, (str, bytes, bytearray)):
+        raise TypeError("hashes must be a sequence of bytes block hashes, got one %s"
+                        % type(hashes).__name__)
+    out = []
+    for i, h in enumerate(hashes):
+        if not isinstance(h, (bytes, bytearray, memoryview, np.ndarray)):
+            raise TypeError("hashes[%d] must be bytes (a block hash, e.g. PrefixHasher's), "
+                            "got %s" % (i, type(h).__name__))
+        out.append(bytes(h))
+    return out
 
 
 def _code(e: grpc.RpcError) -> StatusCode:
@@ -370,6 +399,13 @@ class Client(AsyncCalls):
           TurboKVError: INVALID_ARGUMENT for a bad descriptor or codec.
           ValueError / TypeError: unknown dtype or override.
         """
+        # The proto's uint32 range here; the server checks the rest (0, > 65535, ...).
+        num_layers, num_kv_heads, head_dim, block_tokens = (
+            _uint(n, v) for n, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
+                                     ("head_dim", head_dim), ("block_tokens", block_tokens)))
+        tp_rank, tp_size = _uint("tp_rank", tp_rank), _uint("tp_size", tp_size)
+        if ttl_seconds is not None:
+            ttl_seconds = _uint("ttl_seconds", ttl_seconds)
         deadline = self._deadline(timeout)
         codec = pb.CodecConfig(preset=preset)
         for k, v in codec_overrides.items():
@@ -424,7 +460,7 @@ class Client(AsyncCalls):
     def drop_namespace(self, namespace_id: int, timeout: Optional[float] = None) -> int:
         """Drops a namespace and its blocks; returns the number of blocks deleted.
         Raises TurboKVError NOT_FOUND for an unknown namespace."""
-        req = pb.DropNamespaceRequest(namespace_id=namespace_id)
+        req = pb.DropNamespaceRequest(namespace_id=_uint("namespace_id", namespace_id, 64))
         resp = self._call(lambda t: self._stub.DropNamespace(req, timeout=t),
                           self._deadline(timeout))
         with self._lock:
@@ -447,6 +483,8 @@ class Client(AsyncCalls):
           ValueError: lengths, shapes or dtype do not match the namespace.
           TurboKVError: NOT_FOUND (namespace), INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...
         """
+        namespace_id = _uint("namespace_id", namespace_id, 64)
+        hashes = _block_hashes(hashes)
         deadline = self._deadline(timeout)
         shape = self._shape(namespace_id, deadline)
         want = (shape.num_layers, 2, shape.block_tokens, shape.num_kv_heads, shape.head_dim)
@@ -475,7 +513,8 @@ class Client(AsyncCalls):
 
     def _put(self, ns_id: int, hashes: Sequence[bytes], payloads: Sequence[Any], encoding: Any,
              deadline: float) -> List[BlockResult]:
-        hashes = [bytes(h) for h in hashes]
+        ns_id = _uint("namespace_id", ns_id, 64)
+        hashes = _block_hashes(hashes)
         if len(hashes) != len(payloads):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(payloads)))
         if not payloads:
@@ -510,8 +549,9 @@ class Client(AsyncCalls):
 
         ``lease_seconds`` > 0 pins the matched blocks against eviction until a get of them
         or the lease ends. Raises TurboKVError NOT_FOUND for an unknown namespace."""
-        req = pb.LookupRequest(namespace_id=namespace_id, block_hashes=[bytes(h) for h in hashes],
-                               lease_seconds=lease_seconds)
+        req = pb.LookupRequest(namespace_id=_uint("namespace_id", namespace_id, 64),
+                               block_hashes=_block_hashes(hashes),
+                               lease_seconds=_uint("lease_seconds", lease_seconds))
         resp = self._call(lambda t: self._stub.Lookup(req, timeout=t), self._deadline(timeout))
         return LookupResult(resp.matched_blocks, resp.matched_tokens)
 
@@ -541,6 +581,8 @@ class Client(AsyncCalls):
           TurboKVError: NOT_FOUND (namespace), INVALID_ARGUMENT (dtype, layer range),
             DATA_LOSS (stream that does not reassemble), DEADLINE_EXCEEDED, UNAVAILABLE.
         """
+        namespace_id = _uint("namespace_id", namespace_id, 64)
+        hashes = _block_hashes(hashes)
         deadline = self._deadline(timeout)
         shape = self._shape(namespace_id, deadline)
         begin, end = _layer_range(layers, shape.num_layers)
@@ -551,7 +593,7 @@ class Client(AsyncCalls):
         slots = (buffers.block_slots(out, len(hashes), nbytes, npdt)
                  if out is not None else None)
         req = pb.GetBlocksRequest(namespace_id=namespace_id,
-                                  block_hashes=[bytes(h) for h in hashes],
+                                  block_hashes=hashes,
                                   encoding=pb.ENCODING_RAW, dtype=_DTYPE_TO_PB[dt],
                                   layer_begin=begin, layer_end=end)
         raw, got_dtype = self._get(req, len(hashes), deadline, slots, nbytes)
@@ -578,8 +620,8 @@ class Client(AsyncCalls):
         deadline = self._deadline(timeout)
         slots = (buffers.block_slots(out, len(hashes), 0, np.dtype(np.uint8), exact=False)
                  if out is not None else None)
-        req = pb.GetBlocksRequest(namespace_id=namespace_id,
-                                  block_hashes=[bytes(h) for h in hashes],
+        req = pb.GetBlocksRequest(namespace_id=_uint("namespace_id", namespace_id, 64),
+                                  block_hashes=_block_hashes(hashes),
                                   encoding=pb.ENCODING_PACKED)
         raw, _ = self._get(req, len(hashes), deadline, slots, None)
         if slots is not None:
@@ -601,8 +643,8 @@ class Client(AsyncCalls):
     def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
                       timeout: Optional[float] = None) -> int:
         """Deletes blocks; returns how many existed. NOT_FOUND for an unknown namespace."""
-        req = pb.DeleteBlocksRequest(namespace_id=namespace_id,
-                                     block_hashes=[bytes(h) for h in hashes])
+        req = pb.DeleteBlocksRequest(namespace_id=_uint("namespace_id", namespace_id, 64),
+                                     block_hashes=_block_hashes(hashes))
         resp = self._call(lambda t: self._stub.DeleteBlocks(req, timeout=t),
                           self._deadline(timeout))
         return int(resp.deleted_blocks)

@@ -43,6 +43,7 @@ import numpy as np
 
 from . import buffers, sharding
 from ._async import AsyncCalls
+from .client import _block_hashes
 from .client import (BlockResult, Client, Layers, LookupResult, NamespaceInfo, NamespaceStats,
                      ServerStats)
 from .errors import StatusCode, TurboKVError
@@ -286,7 +287,7 @@ class ShardedClient(AsyncCalls):
                          lambda c, hs, bs: c.put_packed_blocks(namespace_id, hs, bs, timeout))
 
     def _put(self, ns_id, hashes, blocks, put) -> List[BlockResult]:
-        hashes = [bytes(h) for h in hashes]
+        hashes = _block_hashes(hashes)
         if len(hashes) != len(blocks):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(blocks)))
         if not hashes:
@@ -322,7 +323,7 @@ class ShardedClient(AsyncCalls):
     def lookup(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
                timeout: Optional[float] = None) -> LookupResult:
         """Leading match of the prefix chain across the cluster (module docstring)."""
-        hashes = [bytes(h) for h in hashes]
+        hashes = _block_hashes(hashes)
         n = len(hashes)
         nodes = self.nodes()
         own = [self.owners(h, nodes) for h in hashes]
@@ -403,7 +404,7 @@ class ShardedClient(AsyncCalls):
 
     def _get(self, ns_id: int, hashes: Sequence[bytes], out: Any,
              get: Callable[[Client, List[bytes], Optional[List[Any]]], List[Any]]) -> List[Any]:
-        hashes = [bytes(h) for h in hashes]
+        hashes = _block_hashes(hashes)
         slots = buffers.split_out(out, len(hashes)) if out is not None else None
         nodes = self.nodes()
         own = [self.owners(h, nodes) for h in hashes]
@@ -440,7 +441,7 @@ class ShardedClient(AsyncCalls):
     def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
                       timeout: Optional[float] = None) -> int:
         """Deletes the blocks from all their owners; returns the copies deleted."""
-        hashes = [bytes(h) for h in hashes]
+        hashes = _block_hashes(hashes)
         nodes = self.nodes()
         per_node: Dict[str, List[bytes]] = {}
         for h in hashes:
