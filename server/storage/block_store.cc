@@ -1,10 +1,12 @@
 #include "server/storage/block_store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -124,9 +126,10 @@ absl::Status BlockStore::OpenDb() {
     return absl::UnavailableError(
         absl::StrCat("cannot create data directory ", options_.data_dir, ": ", ec.message()));
   }
+  TURBOKV_RETURN_IF_ERROR(LockDataDir());
   // The reserve is given back before RocksDB opens: replaying the WAL needs a new blob file
   // and SST, which a nearly full disk would refuse. It is taken again when there is room.
-  ReleaseReserve();
+  ReleaseReserve(/*at_startup=*/true);
   // Damaged files cost cache misses, not the store (store_repair.h, docs/faults.md).
   TURBOKV_ASSIGN_OR_RETURN(repair_, RepairIfDamaged(options_, verifier_, clock_->NowSeconds()));
   for (const std::string& f : repair_.findings) {
@@ -243,7 +246,11 @@ BlockStore::~BlockStore() {
   }
   stop_cv_.notify_all();
   if (maintenance_.joinable()) maintenance_.join();
-  if (db_ == nullptr) return;
+  if (db_ != nullptr) CloseDb();
+  if (dir_lock_fd_ >= 0) ::close(dir_lock_fd_);  // the lock goes with the descriptor
+}
+
+void BlockStore::CloseDb() {
   (void)FlushAccessTimes();
   rocksdb::FlushOptions flush;
   flush.wait = true;
@@ -254,6 +261,7 @@ BlockStore::~BlockStore() {
   }
   (void)db_->Close();
   delete db_;
+  db_ = nullptr;
 }
 
 absl::Status BlockStore::WriteSync(rocksdb::WriteBatch* batch) {
@@ -847,14 +855,50 @@ absl::Status BlockStore::RunMaintenance() {
   return FlushAccessTimes();
 }
 
+absl::Status BlockStore::LockDataDir() {
+  const std::string path =
+      (std::filesystem::path(options_.data_dir) / format::kDirLockFile).string();
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open the lock file ", path, ": ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[32] = {};
+    const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string pid(holder, n > 0 ? static_cast<size_t>(n) : 0);
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data directory ", options_.data_dir, " is in use by another turbokv-server",
+          pid.empty() ? std::string() : absl::StrCat(" (pid ", pid, ")"),
+          "; stop it or choose another --data-dir"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    spdlog::warn("cannot write this process's pid into {}: {}", path, std::strerror(errno));
+  }
+  dir_lock_fd_ = fd;
+  return absl::OkStatus();
+}
+
 std::string BlockStore::ReservePath() const {
   return (std::filesystem::path(options_.data_dir) / kReserveFile).string();
 }
 
-void BlockStore::ReleaseReserve() {
+void BlockStore::ReleaseReserve(bool at_startup) {
   std::error_code ec;
-  if (std::filesystem::remove(ReservePath(), ec)) {
-    spdlog::warn("released the disk reserve {}", ReservePath());
+  if (!std::filesystem::remove(ReservePath(), ec)) return;
+  if (at_startup) {
+    spdlog::info("released the disk reserve {} for the start-up (taken again once open)",
+                 ReservePath());
+  } else {
+    spdlog::warn("released the disk reserve {}: the disk is nearly full", ReservePath());
   }
 }
 

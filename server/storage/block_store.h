@@ -226,6 +226,7 @@ class BlockStore {
   // still expired at that time when claimed. Returns how many index entries went.
   absl::StatusOr<uint64_t> DeleteKeys(std::vector<std::string> keys, int64_t only_expired_at = 0);
   absl::Status FlushAccessTimes();
+  void CloseDb();  // flushes and closes db_ (destructor)
   // Disk full (docs/faults.md): resumes RocksDB after a failed write, releasing the reserve
   // file when it is still short of space; re-creates the reserve once there is room again.
   void TryResume();
@@ -234,7 +235,10 @@ class BlockStore {
   // ResourceExhausted when the filesystem is too full to take `blocks` and still flush.
   absl::Status CheckDiskRoom(absl::Span<const BlockWrite> blocks, int64_t now);
   std::string ReservePath() const;
-  void ReleaseReserve();
+  // Takes the data directory's lock file (format::kDirLockFile) or says who holds it.
+  [[nodiscard]] absl::Status LockDataDir();
+  // Removes the reserve file; logged at info for the routine release at start-up, else at warn.
+  void ReleaseReserve(bool at_startup = false);
   void CreateReserve();
   void MaintenanceLoop();
 
@@ -297,6 +301,7 @@ class BlockStore {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread maintenance_;
+  int dir_lock_fd_ = -1;  // flock'ed format::kDirLockFile; closed after the database
 };
 
 }  // namespace turbokv::server

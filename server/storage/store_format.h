@@ -24,6 +24,12 @@ inline constexpr char kCfNamespaces[] = "namespaces";
 // A second copy of every namespace record, in its own SST files: a damaged `namespaces` CF is
 // rebuilt from it (and the other way round).
 inline constexpr char kCfNamespacesCopy[] = "namespaces_copy";
+
+// The data directory's own lock file (flock, held for the store's lifetime, with the holder's
+// pid): taken before anything in the directory is touched — the disk reserve, the repair —, so
+// a second server started on the same directory changes nothing. RocksDB's LOCK is taken only
+// later, by DB::Open. Salvage keeps it in place.
+inline constexpr char kDirLockFile[] = "turbokv.lock";
 // Order of the handles OpenDb returns.
 enum CfIndex { kDefault = 0, kBlocks, kMeta, kAccess, kNamespaces, kNamespacesCopy, kNumCfs };
 

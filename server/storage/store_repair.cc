@@ -164,7 +164,9 @@ absl::Status SwapInFreshDb(const fs::path& dir) {
   std::error_code ec;
   if (!fs::exists(dir / kOld, ec)) {
     TURBOKV_RETURN_IF_ERROR(MoveEntries(dir, dir / kOldPartial,
-                                        [](const std::string& n) { return !IsSalvageDir(n); }));
+                                        [](const std::string& n) {
+                                          return !IsSalvageDir(n) && n != format::kDirLockFile;
+                                        }));
     fs::rename(dir / kOldPartial, dir / kOld, ec);
     if (ec) return absl::UnavailableError(absl::StrCat("salvage swap: ", ec.message()));
   }

@@ -13,11 +13,15 @@
 // builds (tools/tsan.sh runs it under ThreadSanitizer; -DTURBOKV_SANITIZE=address,undefined
 // for AddressSanitizer); in a plain build it checks that nothing cancelled corrupts or loses
 // what was stored.
+#include <fcntl.h>
 #include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <random>
@@ -266,6 +270,64 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
   ASSERT_EQ(resp.results_size(), 1);
   EXPECT_EQ(resp.results(0).code(), 0) << resp.results(0).message();
   ASSERT_EQ(server.Stop(SIGTERM), 0) << server.Log();
+}
+
+// A second turbokv-server started on a data directory another one is serving must change
+// nothing there and say who holds it. It used to release the first server's disk reserve
+// (and could run the damaged-file repair) before RocksDB's own LOCK refused it, with only
+// RocksDB's "lock file ... Resource temporarily unavailable" to explain why.
+TEST(ServerLifetimeTest, ASecondServerOnTheSameDataDirChangesNothingAndNamesTheHolder) {
+  ServerProcess first;
+  ASSERT_TRUE(first.Start()) << first.Log();
+  const std::string reserve = first.data_dir() + "/RESERVE";
+  ASSERT_TRUE(std::filesystem::exists(reserve)) << "the first server took no disk reserve";
+  const auto reserve_bytes = std::filesystem::file_size(reserve);
+
+  const std::string log = first.data_dir() + "/../second.log";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<std::string> args = {ServerProcess::BinaryPath(), "--data-dir", first.data_dir(),
+                                     "--listen", "127.0.0.1:0", "--metrics-listen", ""};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  for (int i = 0; i < 3000 && waitpid(pid, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (waitpid(pid, &status, WNOHANG) == 0 && !WIFEXITED(status)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the second server did not exit";
+  }
+  std::ifstream in(log);
+  const std::string second((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << second;
+  EXPECT_NE(WEXITSTATUS(status), 0) << second;
+  const std::string holder = "(pid " + std::to_string(first.pid()) + ")";
+  EXPECT_NE(second.find("is in use by another turbokv-server " + holder), std::string::npos)
+      << second;
+  EXPECT_EQ(second.find("released the disk reserve"), std::string::npos) << second;
+  ASSERT_TRUE(std::filesystem::exists(reserve)) << "the second server removed the reserve";
+  EXPECT_EQ(std::filesystem::file_size(reserve), reserve_bytes);
+
+  // The first server still serves.
+  auto client = NewClient(first.port());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(testing::DeadlineIn(std::chrono::seconds(10)));
+  v1::StatsRequest req;
+  v1::StatsResponse resp;
+  EXPECT_TRUE(client->Stats(&ctx, req, &resp).ok());
+  EXPECT_EQ(first.Stop(SIGTERM), 0) << first.Log();
+  // Once it is gone the directory opens again.
+  ASSERT_TRUE(first.Start()) << first.Log();
 }
 
 }  // namespace

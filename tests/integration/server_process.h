@@ -234,6 +234,7 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   int metrics_port() const { return metrics_port_; }
   std::string log_path() const { return (dir_ / "server.log").string(); }
+  std::string data_dir() const { return (dir_ / "data").string(); }
   std::string Log() const {
     std::ifstream in(log_path());
     std::stringstream ss;

@@ -1,5 +1,7 @@
 // BlockStore on a real RocksDB in a temporary directory, with random values that carry the
 // packed-block checksum trailer and a fake clock for leases and TTL.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <atomic>
@@ -93,6 +95,25 @@ TEST_F(BlockStoreTest, PutGetLookupDelete) {
   EXPECT_EQ(Get(*s, kNs, HashOf(1)), std::nullopt);
   EXPECT_EQ(Lookup(*s, kNs, {HashOf(0), HashOf(1)}), 1u);
   EXPECT_EQ(s->Stats().blocks, 2u);
+}
+
+TEST_F(BlockStoreTest, ASecondOpenOfTheSameDirectoryIsRefusedBeforeTouchingIt) {
+  auto first = Open(Options());
+  ASSERT_NE(first, nullptr);
+  Register(*first, kNs);
+  ASSERT_TRUE(Put(*first, kNs, HashOf(1), MakeValue(kValueBytes, rng_)).ok());
+  auto second = OpenStore(Options());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_NE(second.status().message().find(
+                absl::StrCat("is in use by another turbokv-server (pid ", getpid(), ")")),
+            std::string::npos)
+      << second.status();
+  EXPECT_TRUE(Has(*first, 1));  // the first store is untouched
+  first.reset();
+  auto again = Open(Options());  // the lock went with the first store
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(Has(*again, 1));
 }
 
 TEST_F(BlockStoreTest, UnknownNamespaceAndBadHashes) {
