@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-bash tools/setup.sh
+# Only what the demo runs: the server, the CLI and the codec's C library (the Python client's
+# PACKED path); tools/test.sh builds the rest.
+TARGETS=${TARGETS:-"turbokv-server turbokv turbokv_codec_c"} bash tools/setup.sh
 
 portfile=$(mktemp)
 log=$BUILD/turbokv-server.log

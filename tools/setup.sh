@@ -59,10 +59,14 @@ log "disk: $(df -h --output=avail "$BUILD" | tail -1 | tr -d ' ') free; memory: 
 # The compiler's diagnostics go to a log and, on failure, to the end of the output (where CI
 # shows them); a failed build is retried once at -j1 (a compiler killed for memory or a full
 # disk under a parallel build says little else).
-if ! cmake --build "$BUILD" -j"$JOBS" 2> "$BUILD/build-errors.log"; then
+# TARGETS (space-separated CMake targets) builds only those: tools/demo.sh builds what the demo
+# runs, not the test suites, fuzzers and benchmarks (tools/test.sh builds everything).
+target_args=()
+for t in ${TARGETS:-}; do target_args+=(--target "$t"); done
+if ! cmake --build "$BUILD" -j"$JOBS" "${target_args[@]}" 2> "$BUILD/build-errors.log"; then
   log "build failed; df: $(df -h --output=avail "$BUILD" | tail -1), free: $(free -m | awk '/Mem:/{print $7}') MiB"
   grep -E -B2 -A12 "error|Killed|No space" "$BUILD/build-errors.log" | head -80 || true
   log "retrying the build at -j1"
-  cmake --build "$BUILD" -j1 2>&1 | tail -60 || { log "build failed again"; exit 1; }
+  cmake --build "$BUILD" -j1 "${target_args[@]}" 2>&1 | tail -60 || { log "build failed again"; exit 1; }
 fi
 log "built: $(ls "$BUILD/bin" | tr '\n' ' ')"
