@@ -186,8 +186,12 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
   else
     return bad();
   const double value = std::strtod(number.c_str(), nullptr) * multiplier;
-  if (!std::isfinite(value) || value < 0 || value > 1.8e19) return bad();
-  return static_cast<uint64_t>(std::llround(value));
+  if (!std::isfinite(value) || value < 0) return bad();
+  if (value >= 0x1p64) {  // llround would overflow past 2^63; uint64_t ends at 2^64
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte size \"", std::string(text), "\" is too large: at most 2^64 - 1 bytes (16 EiB)"));
+  }
+  return static_cast<uint64_t>(std::round(value));
 }
 
 std::string FormatByteSizeFlag(uint64_t bytes) {

@@ -8,6 +8,10 @@ namespace {
 TEST(ParseByteSizeTest, UnitsAndErrors) {
   EXPECT_EQ(*ParseByteSize("4096"), 4096u);
   EXPECT_EQ(*ParseByteSize("10GiB"), uint64_t{10} << 30);
+  // Past 2^63 (llround's end) and up to 2^64 - 1 it is a number; beyond, "too large".
+  EXPECT_EQ(*ParseByteSize("12000000TB"), uint64_t{12000000} * 1000000000000u);
+  EXPECT_EQ(ParseByteSize("99999999TiB").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(ParseByteSize("99999999TiB").status().message().find("too large"), std::string::npos);
   EXPECT_EQ(*ParseByteSize("10 gib"), uint64_t{10} << 30);
   EXPECT_EQ(*ParseByteSize("512MiB"), uint64_t{512} << 20);
   EXPECT_EQ(*ParseByteSize("1.5KiB"), 1536u);
