@@ -130,13 +130,13 @@ bool GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved, bool
     if (cache_only) {
       // Never throws into gRPC's thread: anything unusual goes the I/O pool's way.
       try {
-        values = ctx_->store->GetPinnedBlocks(ns_->id, hashes, &would_block);
+        values = ctx_->store->GetPinnedBlocks(ns_->id, hashes, &would_block, &chain_);
       } catch (...) {
         return false;
       }
       if (would_block || !values.ok()) return false;
     } else {
-      values = ctx_->store->GetPinnedBlocks(ns_->id, hashes);
+      values = ctx_->store->GetPinnedBlocks(ns_->id, hashes, nullptr, &chain_);
     }
     if (!values.ok()) error = values.status();
     ctx_->metrics->RecordGetBlocksRead(cache_only);

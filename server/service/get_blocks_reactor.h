@@ -104,6 +104,8 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   size_t next_ = 0;               // first request index not fetched yet
   int tasks_ = 0;                 // fetch and decode tasks in flight
   bool fetching_ = false;
+  // The request's place in its chain across the store calls (one at a time) it takes.
+  BlockStore::ChainCursor chain_;
   bool writing_ = false;
   bool finished_ = false;
   absl::Status error_;

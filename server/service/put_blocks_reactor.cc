@@ -541,7 +541,7 @@ void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks) {
     std::vector<BlockStore::BlockWrite> writes;
     writes.reserve(blocks.size());
     for (const BlockPtr& b : blocks) writes.push_back({b->hash, b->value()});
-    statuses = ctx_->store->PutBlocks(ns_->id, writes);
+    statuses = ctx_->store->PutBlocks(ns_->id, writes, &chain_);
   }
   std::unique_lock<std::mutex> l(mu_);
   for (size_t i = 0; i < blocks.size(); ++i) {

@@ -126,6 +126,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   ByteBudget::Ticket ticket_ = 0;  // waiting for budget
   int tasks_ = 0;                  // pool tasks in flight (encode, validate, commit)
   bool committing_ = false;
+  // The request's place in its chain across the store calls (one at a time) it takes.
+  BlockStore::ChainCursor chain_;
   uint64_t committing_blocks_ = 0;  // blocks of the commit in flight (counted by CheckQuota)
   uint64_t stored_blocks_ = 0;      // blocks this stream has committed (counted by CheckQuota)
   std::optional<uint64_t> quota_base_;  // the tenant's stored bytes at the first CheckQuota

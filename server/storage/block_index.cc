@@ -28,7 +28,13 @@ void BlockIndex::Unqueue(const IndexEntry& e) {
   if (e.expire_at != 0) expiry_.erase({e.expire_at, std::string_view(e.key)});
 }
 
-void BlockIndex::Upsert(IndexEntry entry) {
+std::list<IndexEntry>::iterator BlockIndex::PositionFor(std::string_view below) {
+  if (below.empty()) return lru_.end();
+  auto it = map_.find(below);
+  return it == map_.end() ? lru_.begin() : it->second;
+}
+
+void BlockIndex::Upsert(IndexEntry entry, std::string_view below) {
   auto it = map_.find(entry.key);
   if (it != map_.end()) {
     entry.lease_until = std::max(entry.lease_until, it->second->lease_until);
@@ -37,8 +43,8 @@ void BlockIndex::Upsert(IndexEntry entry) {
     lru_.erase(it->second);
     map_.erase(it);
   }
-  lru_.push_back(std::move(entry));
-  auto node = std::prev(lru_.end());
+  if (below == entry.key) below = {};
+  auto node = lru_.insert(PositionFor(below), std::move(entry));
   map_.emplace(std::string_view(node->key), node);
   if (node->expire_at != 0) expiry_.emplace(node->expire_at, std::string_view(node->key));
   Account(*node, /*add=*/true);
@@ -70,10 +76,12 @@ const IndexEntry* BlockIndex::Find(std::string_view key) const {
   return it == map_.end() ? nullptr : &*it->second;
 }
 
-void BlockIndex::Touch(IndexEntry* entry) {
+void BlockIndex::Touch(IndexEntry* entry, std::string_view below) {
   auto it = map_.find(entry->key);
-  if (it == map_.end()) return;
-  lru_.splice(lru_.end(), lru_, it->second);
+  if (it == map_.end() || below == entry->key) return;
+  auto pos = PositionFor(below);
+  if (pos == it->second) return;
+  lru_.splice(pos, lru_, it->second);
 }
 
 bool BlockIndex::Erase(std::string_view key) {
@@ -88,11 +96,13 @@ bool BlockIndex::Erase(std::string_view key) {
 }
 
 std::vector<IndexEntry> BlockIndex::TakeVictims(uint64_t bytes_to_free, int64_t now,
-                                                const absl::flat_hash_set<std::string>& exclude) {
+                                                const absl::flat_hash_set<std::string>& exclude,
+                                                uint64_t keep_call) {
   std::vector<IndexEntry> victims;
   uint64_t freed = 0;
   for (auto it = lru_.begin(); it != lru_.end() && freed < bytes_to_free;) {
-    if (it->lease_until > now || exclude.contains(it->key)) {
+    if (it->lease_until > now || exclude.contains(it->key) ||
+        (keep_call != 0 && RecencyCall(it->recency) == keep_call)) {
       ++it;
       continue;
     }

@@ -35,7 +35,19 @@ struct IndexEntry {
   // written before the field existed).
   uint64_t checksum = 0;
   uint64_t version = 0;  // bumped by the store on every put of the key (detects races)
+  // Eviction order key, higher = more recently used (persisted with last_access): the store
+  // numbers each call that touches a chain and each block's position in it,
+  // (call << kRecencyIndexBits) - position, so a chain's later blocks rank just below its
+  // earlier ones and a restart rebuilds the same order (BlockStore::Open sorts by it).
+  uint64_t recency = 0;
 };
+
+// Bits of IndexEntry::recency that hold a block's position within its call.
+inline constexpr int kRecencyIndexBits = 20;
+// The call number a recency key belongs to: (call << kRecencyIndexBits) - position, rounded up.
+inline uint64_t RecencyCall(uint64_t recency) {
+  return (recency + (uint64_t{1} << kRecencyIndexBits) - 1) >> kRecencyIndexBits;
+}
 
 struct NamespaceUsage {
   uint64_t blocks = 0;
@@ -49,14 +61,17 @@ class BlockIndex {
   BlockIndex(const BlockIndex&) = delete;
   BlockIndex& operator=(const BlockIndex&) = delete;
 
-  // Inserts `entry` as the most recently used block, replacing an entry with the same key
-  // (whose lease is kept).
-  void Upsert(IndexEntry entry);
+  // Inserts `entry`, replacing an entry with the same key (whose lease is kept). Where it goes
+  // in the eviction order: `below` empty: the most recently used end; otherwise immediately
+  // less recently used than the entry with key `below` (the previous block of its chain), or
+  // the least recently used end when that entry is gone (a chain cut there cannot be matched
+  // past the cut, so what follows it goes first). O(1).
+  void Upsert(IndexEntry entry, std::string_view below = {});
   // Null when absent. The pointer stays valid until the entry is erased.
   IndexEntry* Find(std::string_view key);
   const IndexEntry* Find(std::string_view key) const;
-  // Moves the entry to the most recently used end.
-  void Touch(IndexEntry* entry);
+  // Moves the entry to the most recently used end, or next to `below` as in Upsert. O(1).
+  void Touch(IndexEntry* entry, std::string_view below = {});
   // Removes the entry; false when absent.
   bool Erase(std::string_view key);
   // Sets entry->expire_at (0 = never) and moves it in the expiry queue.
@@ -64,11 +79,12 @@ class BlockIndex {
   // Keys of up to `max` entries with 0 < expire_at <= now, soonest first.
   std::vector<std::string> DueForExpiry(int64_t now, size_t max) const;
 
-  // Removes and returns least recently used entries that are not leased at `now` and whose
-  // key is not in `exclude`, until their charges add up to at least `bytes_to_free` or no
-  // candidate is left.
+  // Removes and returns least recently used entries that are not leased at `now`, whose key
+  // is not in `exclude` and whose recency is not of call `keep_call` (0: none), until their
+  // charges add up to at least `bytes_to_free` or no candidate is left.
   std::vector<IndexEntry> TakeVictims(uint64_t bytes_to_free, int64_t now,
-                                      const absl::flat_hash_set<std::string>& exclude);
+                                      const absl::flat_hash_set<std::string>& exclude,
+                                      uint64_t keep_call = 0);
   // Puts entries taken by TakeVictims back at the least recently used end, in their order.
   void Restore(std::vector<IndexEntry> victims);
   // Charges of the entries TakeVictims could remove at `now`, ignoring exclusions. O(blocks).
@@ -94,6 +110,8 @@ class BlockIndex {
  private:
   void Account(const IndexEntry& e, bool add);
   void Unqueue(const IndexEntry& e);  // removes e from expiry_ when queued
+  // Where Upsert/Touch place an entry: see Upsert.
+  std::list<IndexEntry>::iterator PositionFor(std::string_view below);
 
   std::list<IndexEntry> lru_;  // front = least recently used
   absl::flat_hash_map<std::string_view, std::list<IndexEntry>::iterator>

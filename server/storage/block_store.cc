@@ -214,9 +214,16 @@ absl::Status BlockStore::Recover() {
       e.charge = ChargeFor(e.key.size(), e.value_bytes);
       if (value.size() == 24) e.checksum = GetFixed64LE(value.data() + 16);
       while (access->Valid() && access->key().compare(key) < 0) access->Next();
-      if (access->Valid() && access->key() == key && access->value().size() == 8) {
+      if (access->Valid() && access->key() == key &&
+          (access->value().size() == 8 || access->value().size() == 16)) {
         e.last_access = std::max<int64_t>(
             e.last_access, static_cast<int64_t>(GetFixed64LE(access->value().data())));
+        if (access->value().size() == 16) e.recency = GetFixed64LE(access->value().data() + 8);
+      }
+      // Written before the eviction order key existed: last use, one second per call.
+      if (e.recency == 0) {
+        e.recency = static_cast<uint64_t>(std::max<int64_t>(e.last_access, 0))
+                    << kRecencyIndexBits;
       }
       if (!namespaces_.contains(e.namespace_id)) {
         orphans.push_back(std::move(e.key));
@@ -227,9 +234,14 @@ absl::Status BlockStore::Recover() {
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(meta->status(), "scan block_meta"));
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(access->status(), "scan access"));
   }
+  // Least recently used first, so the index's order is the one persisted. Calls numbered from
+  // here on rank above every stored block (and above the legacy one-second-per-call keys).
   std::stable_sort(entries.begin(), entries.end(), [](const IndexEntry& a, const IndexEntry& b) {
-    return a.last_access < b.last_access;
+    return a.recency < b.recency;
   });
+  const auto now_seconds = static_cast<uint64_t>(std::max<int64_t>(clock_->NowSeconds(), 0));
+  const uint64_t newest_call = entries.empty() ? 0 : RecencyCall(entries.back().recency);
+  next_call_ = std::max(now_seconds, newest_call) + 2;
   for (IndexEntry& e : entries) {
     e.version = ++next_version_;
     e.expire_at = ExpiryOf(e);
@@ -382,8 +394,18 @@ absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
   return entries.size();
 }
 
+uint64_t BlockStore::NextRecency(ChainCursor* chain) {
+  if (chain->call == 0) chain->call = next_call_++;
+  const uint64_t position =
+      std::min<uint64_t>(chain->next++, (uint64_t{1} << kRecencyIndexBits) - 1);
+  return (chain->call << kRecencyIndexBits) - position;
+}
+
 std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
-                                                absl::Span<const BlockWrite> blocks) {
+                                                absl::Span<const BlockWrite> blocks,
+                                                ChainCursor* chain) {
+  ChainCursor whole_call;  // no cursor: this call is the whole request
+  if (chain == nullptr) chain = &whole_call;
   std::vector<absl::Status> results(blocks.size());
   std::vector<std::string> keys(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -443,7 +465,9 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       if (on_disk() > high) {
         const uint64_t target = std::min(low, high);
         const uint64_t need = on_disk() > target ? on_disk() - target : 0;
-        taken = index_.TakeVictims(need, now, busy_);
+        // Never an earlier block of this same request: the block being put hangs below it
+        // in the chain, so evicting it would strand the block that made room.
+        taken = index_.TakeVictims(need, now, busy_, chain->call);
       }
       if (projected() > capacity) {
         // Does not fit even with everything evictable gone: evict nothing for it.
@@ -452,7 +476,8 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
         results[i] = absl::ResourceExhaustedError(absl::StrCat(
             "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ", capacity,
             " capacity bytes are in use or reserved by writes in flight, and none of them is "
-            "evictable (leased, or written by a request in flight)"));
+            "evictable (leased, written by a request in flight, or an earlier block of this "
+            "request's prefix chain)"));
         if (refused_log_.Due(now)) {
           spdlog::warn("put refused (RESOURCE_EXHAUSTED, {} since the last such line): {}",
                        refused_log_.TakeCount(), std::string(results[i].message()));
@@ -471,6 +496,9 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       accepted.push_back(i);
     }
   }
+  // Eviction order keys, numbered under the lock in chain order (persisted with the blocks).
+  std::vector<uint64_t> recency(blocks.size());
+  for (size_t i : accepted) recency[i] = NextRecency(chain);
   std::vector<std::string_view> victim_keys;
   for (const IndexEntry& v : victims) victim_keys.push_back(v.key);
   if (accepted.empty() && victims.empty()) {
@@ -504,7 +532,9 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
                     EncodeMeta(blocks[i].value.size(), now, TrailerOf(blocks[i].value))),
           "batch put");
     }
-    if (s.ok()) s = FromRocksDb(batch.Put(cf_access_, keys[i], EncodeAccess(now)), "batch put");
+    if (s.ok()) {
+      s = FromRocksDb(batch.Put(cf_access_, keys[i], EncodeAccess(now, recency[i])), "batch put");
+    }
   }
   if (s.ok()) s = Write(&batch, /*durable=*/true);
 
@@ -523,14 +553,16 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       evicted_blocks_ += 1;
       evicted_bytes_ += v.charge;
     }
-    // Blocks of a request usually form a prefix chain in request order. Entering them tail
-    // first leaves the chain's head the most recently used, so eviction takes chain tails
-    // before the blocks every later block depends on (a lost head makes the chain unreachable).
-    // A hash put twice in one call: RocksDB keeps the later value, and so does the index.
-    absl::flat_hash_set<std::string_view> published;
-    for (auto it = accepted.rbegin(); it != accepted.rend(); ++it) {
-      const size_t i = *it;
-      if (!published.insert(keys[i]).second) continue;
+    // Blocks of a request usually form a prefix chain in request order. Each goes immediately
+    // below the request's previous block in the eviction order (the first at the most
+    // recently used end), so eviction takes chain tails before the blocks every later block
+    // depends on (a lost head makes the chain unreachable), also across the several calls a
+    // long request is committed in. A hash put twice in one call: RocksDB keeps the later
+    // value, and so does the index.
+    absl::flat_hash_map<std::string_view, size_t> last_of;
+    for (size_t i : accepted) last_of[keys[i]] = i;
+    for (size_t i : accepted) {
+      if (last_of[keys[i]] != i) continue;
       IndexEntry e;
       e.key = keys[i];
       e.namespace_id = namespace_id;
@@ -539,9 +571,11 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       e.last_access = now;
       e.checksum = TrailerOf(blocks[i].value);
       e.version = ++next_version_;
+      e.recency = recency[i];
       dirty_access_.erase(e.key);
       e.expire_at = 0;
-      index_.Upsert(std::move(e));
+      index_.Upsert(std::move(e), chain->anchor);
+      chain->anchor = keys[i];
       IndexEntry* in = index_.Find(keys[i]);
       index_.SetExpiry(in, ExpiryOf(*in));
     }
@@ -575,7 +609,8 @@ struct Pin {
 }  // namespace
 
 absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlocks(
-    uint64_t namespace_id, absl::Span<const std::string_view> hashes, bool* would_block) {
+    uint64_t namespace_id, absl::Span<const std::string_view> hashes, bool* would_block,
+    ChainCursor* chain) {
   const bool cache_only = would_block != nullptr;
   if (cache_only) *would_block = false;
   std::vector<std::optional<PinnedValue>> out(hashes.size());
@@ -678,16 +713,19 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
   }
   {
     std::lock_guard<std::mutex> l(mu_);
-    // Tail first, as in PutBlocks: the head of the requested chain ends most recently used.
-    for (auto it = to_read.rbegin(); it != to_read.rend(); ++it) {
-      const size_t i = *it;
+    // In chain order, as in PutBlocks: each block just below the request's previous one.
+    ChainCursor whole_call;
+    if (chain == nullptr) chain = &whole_call;
+    for (size_t i : to_read) {
       if (!out[i].has_value()) continue;
       IndexEntry* e = index_.Find(keys[i]);
       if (e == nullptr) continue;
       e->last_access = now;
       e->lease_until = 0;
+      e->recency = NextRecency(chain);
       index_.SetExpiry(e, ExpiryOf(*e));
-      index_.Touch(e);
+      index_.Touch(e, chain->anchor);
+      chain->anchor = e->key;
       dirty_access_.insert(keys[i]);
     }
     checksum_failures_ += corrupt.size();
@@ -721,6 +759,7 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
   for (int b = 0; b < 8; ++b) key[b] = static_cast<char>(namespace_id >> (56 - 8 * b));
   size_t matched = 0;
   std::vector<IndexEntry*> chain;
+  ChainCursor cursor;
   for (size_t begin = 0; begin < hashes.size() || begin == 0; begin += kSlice) {
     std::lock_guard<std::mutex> l(mu_);
     if (begin == 0 && !namespaces_.contains(namespace_id)) {
@@ -746,8 +785,13 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
       }
       chain.push_back(e);
     }
-    // Tail first, so the chain's head is the most recently used (see PutBlocks).
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) index_.Touch(*it);
+    // In chain order, each block just below the previous one (see PutBlocks); the slices of
+    // one call continue one chain. (Not persisted: Lookup leaves last_access as it is.)
+    for (IndexEntry* e : chain) {
+      e->recency = NextRecency(&cursor);
+      index_.Touch(e, cursor.anchor);
+      cursor.anchor = e->key;
+    }
     matched += chain.size();
     if (stop || hashes.empty()) break;
   }
@@ -823,7 +867,8 @@ absl::Status BlockStore::FlushAccessTimes() {
       const IndexEntry* e = index_.Find(k);
       if (e == nullptr) continue;
       TURBOKV_RETURN_IF_ERROR(
-          FromRocksDb(batch.Put(cf_access_, k, EncodeAccess(e->last_access)), "batch put"));
+          FromRocksDb(batch.Put(cf_access_, k, EncodeAccess(e->last_access, e->recency)),
+                      "batch put"));
     }
     dirty_access_.clear();
   }

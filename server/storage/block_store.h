@@ -168,11 +168,25 @@ class BlockStore {
     std::string_view hash;   // 8..32 bytes
     std::string_view value;  // packed block
   };
+  // A request's place in its prefix chain across the store calls it is split into (the put
+  // and get reactors commit or read a long chain in pieces). Eviction order: each block of a
+  // chain ranks immediately below the previous block of the same request, so a chain's tail
+  // is evicted before its head, even when the request spans several calls (vLLM's prefix
+  // cache frees a request's blocks in reverse order for the same reason). Start with a
+  // default-constructed cursor per request; one call at a time per cursor.
+  struct ChainCursor {
+    uint64_t call = 0;    // the request's number (0: not yet numbered)
+    uint64_t next = 0;    // position of the request's next block in its chain
+    std::string anchor;   // storage key of the request's last placed block ("": none yet)
+  };
   // Stores blocks (all that fit in one WriteBatch). Returns one status per block: OK (stored
   // and durable per the durability option), InvalidArgument (bad hash), ResourceExhausted
   // (does not fit even after evicting everything evictable). NotFound for every block when
   // the namespace is unknown; Unavailable/Internal for every block when the write fails.
-  std::vector<absl::Status> PutBlocks(uint64_t namespace_id, absl::Span<const BlockWrite> blocks);
+  // `chain`: the request's cursor when it spans several calls; null: this call is the whole
+  // request.
+  std::vector<absl::Status> PutBlocks(uint64_t namespace_id, absl::Span<const BlockWrite> blocks,
+                                      ChainCursor* chain = nullptr);
 
   // Reads blocks with one MultiGet. Each result is the verified value, or nullopt when the
   // block is missing, expired or failed verification (then deleted and counted). Releases
@@ -189,7 +203,7 @@ class BlockStore {
   // as they are). Same results, errors and side effects.
   [[nodiscard]] absl::StatusOr<std::vector<std::optional<PinnedValue>>> GetPinnedBlocks(
       uint64_t namespace_id, absl::Span<const std::string_view> hashes,
-      bool* would_block = nullptr);
+      bool* would_block = nullptr, ChainCursor* chain = nullptr);
 
   // Number of leading hashes of the prefix chain that are stored (index only, no value I/O).
   // Matched blocks become most recently used; with lease_seconds > 0 they are not evicted
@@ -280,12 +294,17 @@ class BlockStore {
   };
   LogEvery refused_log_, write_failure_log_, checksum_log_, resume_log_;
 
+  // IndexEntry::recency of the next block of `chain`; advances the cursor (numbering the
+  // request on first use). Needs mu_.
+  uint64_t NextRecency(ChainCursor* chain);
+
   std::mutex namespace_mu_;  // serializes PutNamespace / DropNamespace; taken before mu_
   mutable std::mutex mu_;    // guards everything below; never held across RocksDB I/O
   std::condition_variable busy_cv_;
   absl::flat_hash_set<std::string> busy_;  // keys claimed by writes in flight
   uint64_t reserved_bytes_ = 0;            // capacity reserved by writes in flight
   uint64_t next_version_ = 0;
+  uint64_t next_call_ = 1;  // ChainCursor::call numbers; Open seeds it above every stored one
   BlockIndex index_;
   absl::flat_hash_map<uint64_t, NamespaceRecord> namespaces_;
   absl::flat_hash_set<std::string> dirty_access_;  // keys whose last_access changed

@@ -71,9 +71,12 @@ inline uint64_t TrailerOf(std::string_view value) {
   return value.size() < 8 ? 0 : GetFixed64LE(value.data() + value.size() - 8);
 }
 
-inline std::string EncodeAccess(int64_t last_access) {
+// access column family value: last_access (unix seconds), then the eviction order key
+// (IndexEntry::recency). Values written before the key existed are 8 bytes (last_access only).
+inline std::string EncodeAccess(int64_t last_access, uint64_t recency) {
   std::string v;
   PutFixed64LE(&v, static_cast<uint64_t>(last_access));
+  PutFixed64LE(&v, recency);
   return v;
 }
 

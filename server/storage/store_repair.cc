@@ -18,6 +18,7 @@
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/write_batch.h"
 #include "server/storage/blob_file_reader.h"
+#include "server/storage/block_index.h"
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
 #include "turbokv/codec/status_macros.h"
@@ -214,9 +215,9 @@ absl::Status FullSalvage(const StorageOptions& options, const ValueVerifier& ver
   std::vector<std::pair<std::string, std::string>> metas =
       ScanCf(old.db, old.cfs[CfIndex::kMeta], &scan);
   if (!scan.ok()) report->findings.push_back("block_meta scan: " + scan.ToString());
-  absl::flat_hash_map<std::string, int64_t> access;
+  absl::flat_hash_map<std::string, std::string> access;  // values as stored (8 or 16 bytes)
   for (auto& [k, v] : ScanCf(old.db, old.cfs[CfIndex::kAccess], &scan)) {
-    if (v.size() == 8) access[k] = static_cast<int64_t>(format::GetFixed64LE(v.data()));
+    if (v.size() == 8 || v.size() == 16) access[k] = v;
   }
   auto known_namespace = [&](std::string_view key) {
     return key.size() >= 8 && namespaces.count(std::string(key.substr(0, 8)));
@@ -239,11 +240,14 @@ absl::Status FullSalvage(const StorageOptions& options, const ValueVerifier& ver
                        std::string_view meta) -> absl::Status {
     const std::string k(key);
     auto a = access.find(k);
-    const int64_t last_access = a != access.end() ? a->second : now;
+    const std::string access_value =
+        a != access.end()
+            ? a->second
+            : format::EncodeAccess(now, static_cast<uint64_t>(now) << kRecencyIndexBits);
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Put(fresh.cfs[CfIndex::kBlocks], k, value), "put"));
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Put(fresh.cfs[CfIndex::kMeta], k, meta), "put"));
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(
-        batch.Put(fresh.cfs[CfIndex::kAccess], k, format::EncodeAccess(last_access)), "put"));
+        batch.Put(fresh.cfs[CfIndex::kAccess], k, access_value), "put"));
     ++report->salvaged_blocks;
     if (batch.GetDataSize() >= (size_t{32} << 20)) {
       TURBOKV_RETURN_IF_ERROR(FromRocksDb(fresh.db->Write(no_wal, &batch), "salvage write"));

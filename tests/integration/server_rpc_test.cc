@@ -559,6 +559,73 @@ TEST(ServerRpcTest, FullStoreWithNothingEvictableIsResourceExhausted) {
   EXPECT_EQ(st.blocks(), static_cast<uint64_t>(ok));
 }
 
+// Survivors of `chain` (one-hash Lookups) and its match from the start must be equal: no
+// block left that Lookup can never reach.
+void ExpectNoStrandedBlocks(v1::TurboKV::Stub& stub, uint64_t ns,
+                            const std::vector<std::string>& chain, size_t* survivors_out,
+                            size_t* matched_out) {
+  size_t survivors = 0;
+  for (const std::string& h : chain) survivors += Matched(stub, ns, {h});
+  const size_t matched = Matched(stub, ns, chain);
+  *survivors_out = survivors;
+  *matched_out = matched;
+}
+
+TEST(ServerRpcTest, EvictionTakesChainTailsSoEverySurvivorStaysReachable) {
+  // Several requests' chains, each one PutBlocks stream (committed in pieces as it arrives),
+  // into a store with room for about two of them; then one chain longer than the store.
+  ServerProcess server({"--capacity", "320KiB"});
+  ASSERT_TRUE(server.Start()) << server.Log();
+  auto& stub = server.stub();
+  std::mt19937_64 rng(11);
+  v1::RegisterNamespaceResponse reg = Register(stub, SmallDescriptor("raw"));
+  const uint64_t ns = reg.namespace_id();
+  std::vector<std::vector<std::string>> chains;
+  for (uint64_t k = 0; k < 5; ++k) {
+    std::vector<std::string> chain;
+    std::vector<PutBlock> blocks;
+    for (uint64_t i = 0; i < 8; ++i) {
+      chain.push_back(Hash(1000 * (k + 1) + i));
+      blocks.push_back({chain.back(), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)});
+    }
+    v1::PutBlocksResponse r = Put(stub, ns, blocks);
+    ASSERT_EQ(r.results_size(), 8);
+    for (const auto& res : r.results()) ASSERT_EQ(res.code(), 0) << res.message();
+    chains.push_back(std::move(chain));
+  }
+  EXPECT_GT(Stats(stub).evicted_blocks(), 0u);
+  for (size_t k = 0; k < chains.size(); ++k) {
+    size_t survivors = 0, matched = 0;
+    ExpectNoStrandedBlocks(stub, ns, chains[k], &survivors, &matched);
+    EXPECT_EQ(matched, survivors) << "chain " << k;
+  }
+  EXPECT_EQ(Matched(stub, ns, chains.back()), 8u);
+
+  // One request of 40 blocks (640 KiB raw) into 320 KiB: the blocks that fit are the chain's
+  // head (the rest is refused rather than evicting the request's own earlier blocks).
+  std::vector<std::string> longest;
+  std::vector<PutBlock> blocks;
+  for (uint64_t i = 0; i < 40; ++i) {
+    longest.push_back(Hash(90000 + i));
+    blocks.push_back({longest.back(), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)});
+  }
+  v1::PutBlocksResponse r = Put(stub, ns, blocks);
+  ASSERT_EQ(r.results_size(), 40);
+  size_t stored = 0;
+  for (const auto& res : r.results()) {
+    if (res.code() == 0) {
+      ++stored;
+    } else {
+      EXPECT_EQ(res.code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+    }
+  }
+  size_t survivors = 0, matched = 0;
+  ExpectNoStrandedBlocks(stub, ns, longest, &survivors, &matched);
+  EXPECT_EQ(matched, survivors);
+  EXPECT_EQ(survivors, stored);
+  EXPECT_GE(matched, 10u);
+}
+
 TEST(ServerRpcTest, RestartKeepsDataAndSigtermExitsZero) {
   ServerProcess server({"--durability", "fsync"});
   ASSERT_TRUE(server.Start()) << server.Log();

@@ -73,6 +73,33 @@ TEST(BlockIndexTest, RestorePutsVictimsBackAtTheOldEnd) {
   EXPECT_EQ(v[0].key, "a");  // order kept
 }
 
+TEST(BlockIndexTest, BelowPlacesAnEntryNextToItsChainPredecessor) {
+  BlockIndex index;
+  index.Upsert(Entry("x", 1, 1));
+  index.Upsert(Entry("h", 1, 1));        // a chain's head: the most recently used end
+  index.Upsert(Entry("t1", 1, 1), "h");   // each next block just below the previous one
+  index.Upsert(Entry("t2", 1, 1), "t1");
+  index.Upsert(Entry("y", 1, 1));
+  auto order = [&] {
+    std::string o;
+    for (const IndexEntry& e : index.Select([](const IndexEntry&) { return true; })) {
+      o += e.key + " ";
+    }
+    return o;
+  };
+  EXPECT_EQ(order(), "x t2 t1 h y ");
+  index.Touch(index.Find("x"), "t1");  // moved just below t1
+  EXPECT_EQ(order(), "t2 x t1 h y ");
+  index.Touch(index.Find("h"));
+  index.Touch(index.Find("t1"), "h");
+  EXPECT_EQ(order(), "t2 x y t1 h ");
+  ASSERT_TRUE(index.Erase("t2"));
+  index.Upsert(Entry("t3", 1, 1), "t2");  // predecessor gone: least recently used end
+  EXPECT_EQ(order(), "t3 x y t1 h ");
+  index.Touch(index.Find("h"), "h");  // below itself: unchanged
+  EXPECT_EQ(order(), "t3 x y t1 h ");
+}
+
 TEST(BlockIndexTest, ReplacementKeepsTheLease) {
   BlockIndex index;
   index.Upsert(Entry("a", 1, 10, /*lease_until=*/100));

@@ -326,6 +326,124 @@ TEST_F(BlockStoreTest, EvictionTakesChainTailsBeforeTheirHeads) {
   EXPECT_EQ(Lookup(*s, kNs, chain), 2u);        // the prefix 0, 1 is still reachable
 }
 
+// Puts `chain` in calls of `per_call` blocks that share one cursor, as the put reactor
+// commits a streamed request in pieces.
+// Returns how many were refused with RESOURCE_EXHAUSTED (any other failure fails the test).
+size_t PutChainInPieces(BlockStore& s, uint64_t ns, const std::vector<std::string>& chain,
+                        size_t per_call, std::mt19937_64& rng) {
+  size_t refused = 0;
+  BlockStore::ChainCursor cursor;
+  for (size_t begin = 0; begin < chain.size(); begin += per_call) {
+    std::vector<std::string> values;
+    std::vector<BlockStore::BlockWrite> writes;
+    for (size_t i = begin; i < std::min(chain.size(), begin + per_call); ++i) {
+      values.push_back(MakeValue(kValueBytes, rng));
+    }
+    for (size_t i = begin; i < std::min(chain.size(), begin + per_call); ++i) {
+      writes.push_back({chain[i], values[i - begin]});
+    }
+    for (const absl::Status& st : s.PutBlocks(ns, writes, &cursor)) {
+      if (absl::IsResourceExhausted(st)) {
+        ++refused;
+      } else {
+        EXPECT_TRUE(st.ok()) << st;
+      }
+    }
+  }
+  return refused;
+}
+
+std::vector<std::string> ChainOf(uint64_t first, size_t n) {
+  std::vector<std::string> chain;
+  for (size_t i = 0; i < n; ++i) chain.push_back(HashOf(first + i));
+  return chain;
+}
+
+TEST_F(BlockStoreTest, EvictionNeverStrandsAChainTailAcrossCallsGetsAndLookups) {
+  // Each request's chain arrives in several store calls (the reactors commit and read in
+  // pieces). However eviction proceeds, every surviving block of a chain must be reachable by
+  // Lookup from the chain's start: Lookup's match counts every survivor.
+  const uint64_t c = ChargeOfOneBlock();
+  auto s = Open(Options(20 * c + c / 2));
+  Register(*s, kNs);
+  std::vector<std::vector<std::string>> chains;
+  for (uint64_t k = 0; k < 6; ++k) chains.push_back(ChainOf(100 * k, 8));
+  for (size_t k = 0; k < chains.size(); ++k) {
+    EXPECT_EQ(PutChainInPieces(*s, kNs, chains[k], /*per_call=*/2, rng_), 0u);
+    if (k == 2) {  // chain 0 is read again, in pieces, then chain 1 looked up: both recent
+      BlockStore::ChainCursor cursor;
+      std::vector<std::string_view> views(chains[0].begin(), chains[0].end());
+      for (size_t b = 0; b < views.size(); b += 3) {
+        auto got = s->GetPinnedBlocks(
+            kNs, absl::MakeSpan(views).subspan(b, std::min<size_t>(3, views.size() - b)),
+            nullptr, &cursor);
+        ASSERT_TRUE(got.ok()) << got.status();
+      }
+      ASSERT_EQ(Lookup(*s, kNs, chains[1]), 8u);
+    }
+  }
+  const StoreStats stats = s->Stats();
+  ASSERT_GE(stats.evicted_blocks, 20u);  // 48 blocks put into room for 20
+  uint64_t survivors_total = 0;
+  for (size_t k = 0; k < chains.size(); ++k) {
+    // Survivors first (a one-hash Lookup per block), then the chain's match from its start.
+    size_t survivors = 0;
+    for (const std::string& h : chains[k]) survivors += Lookup(*s, kNs, {h});
+    EXPECT_EQ(Lookup(*s, kNs, chains[k]), survivors) << "chain " << k;
+    survivors_total += survivors;
+  }
+  EXPECT_EQ(survivors_total, s->Stats().blocks);
+  EXPECT_EQ(Lookup(*s, kNs, chains[5]), 8u);  // the newest chain is whole
+}
+
+TEST_F(BlockStoreTest, AChainLongerThanTheCapacityKeepsItsHead) {
+  // The new user's case: one request's chain is longer than the store, after another
+  // request's blocks. The other request's blocks make room; the request never evicts its own
+  // earlier blocks (its later ones hang below them), so the blocks that do not fit are
+  // refused and every stored block of the chain is matched from its start.
+  const uint64_t c = ChargeOfOneBlock();
+  auto s = Open(Options(10 * c + c / 2));
+  Register(*s, kNs);
+  EXPECT_EQ(PutChainInPieces(*s, kNs, ChainOf(500, 4), /*per_call=*/2, rng_), 0u);
+  const std::vector<std::string> chain = ChainOf(0, 24);
+  const size_t refused = PutChainInPieces(*s, kNs, chain, /*per_call=*/2, rng_);
+  size_t survivors = 0;
+  for (const std::string& h : chain) survivors += Lookup(*s, kNs, {h});
+  EXPECT_EQ(Lookup(*s, kNs, chain), survivors);
+  EXPECT_EQ(survivors, 10u);  // 10c fits the 10.5c capacity once the rest is gone
+  EXPECT_EQ(refused, chain.size() - survivors);
+  EXPECT_EQ(Lookup(*s, kNs, ChainOf(500, 4)), 0u);  // the other request's blocks made room
+}
+
+TEST_F(BlockStoreTest, ChainOrderSurvivesARestart) {
+  // A chain put in pieces within one clock second, then a restart: the eviction order comes
+  // back from the access column family, so eviction after the restart still takes the tail.
+  const uint64_t c = ChargeOfOneBlock();
+  const std::vector<std::string> chain = ChainOf(0, 12);
+  {
+    auto s = Open(Options(20 * c + c / 2));
+    Register(*s, kNs);
+    PutChainInPieces(*s, kNs, chain, /*per_call=*/3, rng_);
+    // Read back in pieces (persisted by the access-time flush on close).
+    BlockStore::ChainCursor cursor;
+    std::vector<std::string_view> views(chain.begin(), chain.end());
+    for (size_t b = 0; b < views.size(); b += 5) {
+      auto piece = absl::MakeSpan(views).subspan(b, std::min<size_t>(5, views.size() - b));
+      ASSERT_TRUE(s->GetPinnedBlocks(kNs, piece, nullptr, &cursor).ok());
+    }
+  }
+  auto s = Open(Options(20 * c + c / 2));
+  for (uint64_t i = 0; i < 14; ++i) {
+    ASSERT_TRUE(Put(*s, kNs, HashOf(1000 + i), MakeValue(kValueBytes, rng_)).ok());
+  }
+  ASSERT_GE(s->Stats().evicted_blocks, 4u);
+  size_t survivors = 0;
+  for (const std::string& h : chain) survivors += Lookup(*s, kNs, {h});
+  EXPECT_LT(survivors, chain.size());
+  EXPECT_GT(survivors, 0u);
+  EXPECT_EQ(Lookup(*s, kNs, chain), survivors);
+}
+
 TEST_F(BlockStoreTest, LeasesProtectBlocksUntilGetOrExpiry) {
   const uint64_t c = ChargeOfOneBlock();
   auto s = Open(Options(20 * c + c / 2));
