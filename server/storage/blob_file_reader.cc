@@ -1,11 +1,11 @@
 #include "server/storage/blob_file_reader.h"
 
-#include <array>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/storage/rocksdb_crc32c.h"
 
 namespace turbokv::server {
 namespace {
@@ -18,17 +18,11 @@ constexpr size_t kFooterBytes = 32;
 constexpr uint64_t kMaxKeyBytes = 1024;
 constexpr uint64_t kMaxValueBytes = uint64_t{4} << 30;
 
-std::array<uint32_t, 256> MakeTable() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    t[i] = c;
-  }
-  return t;
+// RocksDB's masked CRC32C (RocksDbCrc32cExtend: RocksDB's own, or ISA-L's where wrapped).
+uint32_t MaskedCrc32c(const char* data, size_t n) {
+  const uint32_t crc = RocksDbCrc32cExtend(0, std::string_view(data, n));
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
-
-uint32_t Mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 uint32_t Fixed32(const char* p) {
   uint32_t v = 0;
@@ -42,14 +36,6 @@ uint64_t Fixed64(const char* p) {
 }
 
 }  // namespace
-
-uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
-  static const std::array<uint32_t, 256> table = MakeTable();
-  const auto* p = static_cast<const uint8_t*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
 
 absl::Status ScanBlobFile(const std::string& path, const BlobRecordFn& fn, BlobFileScan* scan) {
   *scan = BlobFileScan();
@@ -70,11 +56,11 @@ absl::Status ScanBlobFile(const std::string& path, const BlobRecordFn& fn, BlobF
     char rh[kRecordHeaderBytes];
     if (!in.read(rh, kRecordHeaderBytes)) break;
     if (size - at == kFooterBytes && Fixed32(rh) == kBlobMagic &&
-        Mask(Crc32c(0, rh, kFooterBytes - 4)) == Fixed32(rh + 28)) {
+        MaskedCrc32c(rh, kFooterBytes - 4) == Fixed32(rh + 28)) {
       scan->complete = true;
       break;
     }
-    if (Mask(Crc32c(0, rh, 24)) != Fixed32(rh + 24)) break;
+    if (MaskedCrc32c(rh, 24) != Fixed32(rh + 24)) break;
     const uint64_t key_bytes = Fixed64(rh);
     const uint64_t value_bytes = Fixed64(rh + 8);
     if (key_bytes > kMaxKeyBytes || value_bytes > kMaxValueBytes ||
@@ -84,7 +70,7 @@ absl::Status ScanBlobFile(const std::string& path, const BlobRecordFn& fn, BlobF
     body.resize(key_bytes + value_bytes);
     if (!in.read(body.data(), static_cast<std::streamsize>(body.size()))) break;
     at += kRecordHeaderBytes + body.size();
-    if (compressed || Mask(Crc32c(0, body.data(), body.size())) != Fixed32(rh + 28)) {
+    if (compressed || MaskedCrc32c(body.data(), body.size()) != Fixed32(rh + 28)) {
       ++scan->bad_records;
       continue;
     }

@@ -27,9 +27,6 @@
 
 namespace turbokv::server {
 
-// CRC32C (Castagnoli) of `data`, extending `crc` (0 to start).
-uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
-
 struct BlobFileScan {
   uint64_t records = 0;      // records whose CRCs verified (passed to the callback)
   uint64_t bad_records = 0;  // records skipped: blob CRC mismatch, or compressed
