@@ -505,6 +505,8 @@ class Client(AsyncCalls):
         C-contiguous buffer (uint8 arrays, CPU tensors). The server validates the header,
         namespace, codec and checksum (per-block INVALID_ARGUMENT otherwise).
         Returns one :class:`BlockResult` per block."""
+        namespace_id = _uint("namespace_id", namespace_id, 64)
+        hashes = _block_hashes(hashes)
         payloads = [b if isinstance(b, bytes) else
                     buffers.byte_view(b, "blocks[%d]" % i).data
                     for i, b in enumerate(blocks)]
@@ -513,8 +515,7 @@ class Client(AsyncCalls):
 
     def _put(self, ns_id: int, hashes: Sequence[bytes], payloads: Sequence[Any], encoding: Any,
              deadline: float) -> List[BlockResult]:
-        ns_id = _uint("namespace_id", ns_id, 64)
-        hashes = _block_hashes(hashes)
+        # ns_id and hashes come checked (_uint, _block_hashes) from put_blocks / put_packed_blocks.
         if len(hashes) != len(payloads):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(payloads)))
         if not payloads:
