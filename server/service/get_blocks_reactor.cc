@@ -44,10 +44,11 @@ GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
   if (!s.ok() || request_.block_hashes().empty()) {
     finished_ = true;
     Finish(scope_.Complete(s));
-    return;
+  } else {
+    std::unique_lock<std::mutex> l(mu_);
+    Pump(l);
   }
-  std::unique_lock<std::mutex> l(mu_);
-  Pump(l);
+  HandedToGrpc(this);
 }
 
 absl::Status GetBlocksReactor::Prepare(const grpc::ByteBuffer* request) {
@@ -365,8 +366,11 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
   l.unlock();
   if (release != 0) ctx_->budget->Release(release);
   if (write_and_finish) {
-    StartWriteAndFinish(&current_, grpc::WriteOptions(), scope_.Complete(absl::OkStatus()));
+    const grpc::Status ok = scope_.Complete(absl::OkStatus());
+    HandedToGrpc(this);
+    StartWriteAndFinish(&current_, grpc::WriteOptions(), ok);
   } else if (start_write) {
+    HandedToGrpc(this);
     StartWrite(&current_);
   }
   // PACKED replies need no decode: when RocksDB holds the blocks in memory (memtable, caches),
@@ -396,10 +400,15 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
       Pump(l2);
     }
   }
-  if (finish) Finish(scope_.Complete(status));
+  if (finish) {
+    const grpc::Status done = scope_.Complete(status);
+    HandedToGrpc(this);
+    Finish(done);
+  }
 }
 
 void GetBlocksReactor::OnWriteDone(bool ok) {
+  const ReactionScope reaction(this);
   std::unique_lock<std::mutex> l(mu_);
   try {
     writing_ = false;
@@ -415,6 +424,7 @@ void GetBlocksReactor::OnWriteDone(bool ok) {
 }
 
 void GetBlocksReactor::OnDone() {
+  InReaction(this);
   // A call that ended with StartWriteAndFinish still holds its last message's bytes.
   uint64_t release = 0;
   {
@@ -427,6 +437,7 @@ void GetBlocksReactor::OnDone() {
 }
 
 void GetBlocksReactor::OnCancel() {
+  const ReactionScope reaction(this);
   std::unique_lock<std::mutex> l(mu_);
   abandoned_ = true;
   const ByteBudget::Ticket t = ticket_;

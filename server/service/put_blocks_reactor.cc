@@ -105,10 +105,11 @@ PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
   if (ctx_->shutting_down.load()) {
     finished_ = true;
     Finish(scope_.Complete(ShuttingDown()));
-    return;
+  } else {
+    std::unique_lock<std::mutex> l(mu_);
+    Settle(l);
   }
-  std::unique_lock<std::mutex> l(mu_);
-  Settle(l);
+  HandedToGrpc(this);
 }
 
 bool PutBlocksReactor::Abandoned() const {
@@ -116,6 +117,7 @@ bool PutBlocksReactor::Abandoned() const {
 }
 
 void PutBlocksReactor::OnReadDone(bool ok) {
+  const ReactionScope reaction(this);
   std::unique_lock<std::mutex> l(mu_);
   try {
     read_pending_ = false;
@@ -143,6 +145,7 @@ void PutBlocksReactor::OnReadDone(bool ok) {
 }
 
 void PutBlocksReactor::OnCancel() {
+  const ReactionScope reaction(this);
   std::unique_lock<std::mutex> l(mu_);
   abandoned_ = true;
   if (fatal_.ok()) fatal_ = absl::CancelledError("PutBlocks cancelled by the client");
@@ -165,6 +168,7 @@ void PutBlocksReactor::OnBudget(const absl::Status& status) {
     held_bytes_ += kReadReserveBytes;
     read_pending_ = true;
     l.unlock();
+    HandedToGrpc(this);
     StartRead(&request_);
     return;
   } else {
@@ -600,21 +604,28 @@ void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
   to_release_ = 0;
   l.unlock();
   if (release != 0) ctx_->budget->Release(release);
-  if (start_read) StartRead(&request_);
+  if (start_read) {
+    HandedToGrpc(this);
+    StartRead(&request_);
+  }
   if (finish) FinishNow();
 }
 
 void PutBlocksReactor::FinishNow() {
   // Only one thread gets here (finished_ was set under mu_); nothing else touches the state.
   if (!fatal_.ok()) {
-    Finish(scope_.Complete(fatal_));
+    const grpc::Status status = scope_.Complete(fatal_);
+    HandedToGrpc(this);
+    Finish(status);
     return;
   }
   for (v1::BlockResult& r : results_) {
     ctx_->metrics->RecordPutBlock(static_cast<absl::StatusCode>(r.code()));
     *response_->add_results() = std::move(r);
   }
-  Finish(scope_.Complete(absl::OkStatus()));
+  const grpc::Status status = scope_.Complete(absl::OkStatus());
+  HandedToGrpc(this);
+  Finish(status);
 }
 
 }  // namespace turbokv::server

@@ -65,7 +65,10 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override { ReleaseGrpcRef(); }
+  void OnDone() override {
+    InReaction(this);
+    ReleaseGrpcRef();
+  }
 
  private:
   using Ref = ReactorRef<PutBlocksReactor>;

@@ -9,6 +9,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/service/get_blocks_reactor.h"
 #include "server/service/put_blocks_reactor.h"
+#include "server/service/reactor_ref.h"
 #include "server/service/wire_format.h"
 #include "turbokv/codec/status_macros.h"
 
@@ -38,8 +39,12 @@ class RefusedReactor final : public Base {
   RefusedReactor(ServiceContext* ctx, RpcMethod method, const absl::Status& status) {
     RpcScope scope(ctx, method);
     this->Finish(scope.Complete(status));
+    HandedToGrpc(this);
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    InReaction(this);
+    delete this;
+  }
 };
 
 }  // namespace
