@@ -57,6 +57,14 @@ done
 if compgen -G "$reports/race*" > /dev/null; then
   log "ThreadSanitizer reports:"
   cat "$reports"/race*
+  # A digest last, so that a log cut to its tail still shows each report's accesses: the
+  # heading and first frames of every stack, lines cut to 240 characters.
+  log "digest of the reports above:"
+  for f in "$reports"/race*; do
+    echo "--- $(basename "$f")"
+    awk '/^ +#[0-9]+ / { if (++frames <= 7) print; next }
+         NF { frames = 0; print }' "$f" | cut -c1-240
+  done
   status=1
 fi
 log "build $((built - start)) s, tests $(($(date +%s) - built)) s"
