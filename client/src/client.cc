@@ -117,11 +117,19 @@ std::string FormatNamespaceId(uint64_t namespace_id) {
 absl::StatusOr<uint64_t> ParseNamespaceId(absl::string_view text) {
   absl::string_view t = text;
   if (absl::StartsWith(t, "0x") || absl::StartsWith(t, "0X")) t.remove_prefix(2);
-  uint64_t id = 0;
-  if (t.empty() || t.size() > 16 || !absl::SimpleHexAtoi(t, &id) ||
-      !std::all_of(t.begin(), t.end(), [](char c) { return absl::ascii_isxdigit(c); })) {
+  constexpr absl::string_view kExpected =
+      "expected exactly 16 hex digits, as `turbokv ns register` and `ns list` print it";
+  // Exactly 16 digits: a shorter id is most likely one with digits dropped by mistake, and
+  // zero-padding it would address another namespace.
+  if (t.size() != 16) {
     return absl::InvalidArgumentError(
-        absl::StrCat("namespace id \"", text, "\" is not 1..16 hex digits"));
+        absl::StrCat("namespace id \"", text, "\" has ", t.size(), " digits; ", kExpected));
+  }
+  uint64_t id = 0;
+  if (!std::all_of(t.begin(), t.end(), [](char c) { return absl::ascii_isxdigit(c); }) ||
+      !absl::SimpleHexAtoi(t, &id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace id \"", text, "\" is not hexadecimal; ", kExpected));
   }
   return id;
 }

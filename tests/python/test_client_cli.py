@@ -132,6 +132,29 @@ def test_cli_stats_and_human_output(turbokv_cli, turbokv_server):
     assert p.returncode == 0 and "codec_backend:" in p.stdout
 
 
+@pytest.mark.parametrize("text,digits", [("00000000000001", 14), ("0x00ff", 4),
+                                         ("00000000000000001", 17)])
+def test_cli_refuses_a_namespace_id_of_other_than_16_digits(turbokv_cli, turbokv_server, tmp_path,
+                                                            text, digits):
+    kv_path, tok_path = _fixture("stories260k")
+    # Refused before any RPC (it used to be zero-padded into another namespace's id).
+    expected = "expected exactly 16 hex digits, as `turbokv ns register` and `ns list` print it"
+    for sub in (["lookup", "--tokens", tok_path], ["put", "--kv", kv_path, "--tokens", tok_path],
+                ["get", "--tokens", tok_path, "--out", str(tmp_path / "o.npy")],
+                ["delete", "--tokens", tok_path], ["ns", "drop"]):
+        p = subprocess.run([turbokv_cli, "--server", turbokv_server.address, *sub, "--namespace",
+                            text], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1 and p.stdout == "", (sub, p.stdout, p.stderr)
+        assert p.stderr.strip() == ('turbokv: error: INVALID_ARGUMENT: namespace id "%s" has %d '
+                                    'digits; %s' % (text, digits, expected)), p.stderr
+    p = run(turbokv_cli, turbokv_server, "lookup", "--namespace", text, "--tokens", tok_path,
+            check=False)
+    err = json.loads(p.stderr)["error"]
+    assert p.returncode == 1 and err["code"] == "INVALID_ARGUMENT"
+    assert err["message"] == 'namespace id "%s" has %d digits; %s' % (text, digits, expected)
+    assert not (tmp_path / "o.npy").exists()
+
+
 def test_cli_errors(turbokv_cli, turbokv_server, tmp_path):
     kv_path, tok_path = _fixture("stories260k")
     # Unknown namespace: NOT_FOUND, exit 1, message on stderr, nothing on stdout.
@@ -175,7 +198,7 @@ def test_cli_errors(turbokv_cli, turbokv_server, tmp_path):
     (["ns", "register", "--model", "m", "--num-layers", "3", "--num-kv-heads", "1", "--head-dim",
       "64", "--block-tokens", "16", "--ttl-seconds", "99999999999999"],
      "--ttl-seconds: Value 99999999999999 not in range 0 to 4294967295"),
-    (["lookup", "--namespace", "1", "--tokens", __file__, "--lease-seconds", "-1"],
+    (["lookup", "--namespace", "0000000000000001", "--tokens", __file__, "--lease-seconds", "-1"],
      "--lease-seconds: Value -1 not in range 0 to 4294967295"),
     (["--timeout", "0", "stats"], "--timeout: Value 0 not in range 0.001000 to 86400.000000"),
     (["bench", "--pool-blocks", "-5"], "--pool-blocks: Value -5 not in range 1 to 4096"),

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "absl/strings/escaping.h"
 #include "turbokv/client/client.h"
@@ -100,12 +101,40 @@ TEST(NamespaceIdTest, FormatAndParse) {
   EXPECT_EQ(FormatNamespaceId(0x0123456789abcdefULL), "0123456789abcdef");
   EXPECT_EQ(FormatNamespaceId(1), "0000000000000001");
   EXPECT_EQ(*ParseNamespaceId("0123456789ABCDEF"), 0x0123456789abcdefULL);
-  EXPECT_EQ(*ParseNamespaceId("0xff"), 255u);
+  EXPECT_EQ(*ParseNamespaceId("0x00000000000000ff"), 255u);
+  EXPECT_EQ(*ParseNamespaceId("0X00000000000000FF"), 255u);
   EXPECT_EQ(*ParseNamespaceId("ffffffffffffffff"), ~uint64_t{0});
-  EXPECT_FALSE(ParseNamespaceId("").ok());
-  EXPECT_FALSE(ParseNamespaceId("1ffffffffffffffff").ok());  // 17 digits
-  EXPECT_FALSE(ParseNamespaceId("12g4").ok());
-  EXPECT_FALSE(ParseNamespaceId("-1").ok());
+  EXPECT_EQ(*ParseNamespaceId(FormatNamespaceId(1)), 1u);
+}
+
+// Anything but 16 hex digits is refused, never zero-padded: an id with two digits dropped
+// would otherwise address another namespace.
+TEST(NamespaceIdTest, RefusesAnythingButSixteenHexDigits) {
+  const std::string expected =
+      "expected exactly 16 hex digits, as `turbokv ns register` and `ns list` print it";
+  struct Case {
+    const char* text;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"00000000000001", "namespace id \"00000000000001\" has 14 digits; " + expected},
+      {"000000000000001", "namespace id \"000000000000001\" has 15 digits; " + expected},
+      {"1ffffffffffffffff", "namespace id \"1ffffffffffffffff\" has 17 digits; " + expected},
+      {"0xff", "namespace id \"0xff\" has 2 digits; " + expected},
+      {"1", "namespace id \"1\" has 1 digits; " + expected},
+      {"", "namespace id \"\" has 0 digits; " + expected},
+      {"0x", "namespace id \"0x\" has 0 digits; " + expected},
+      {"00000000000012g4", "namespace id \"00000000000012g4\" is not hexadecimal; " + expected},
+      {"-000000000000001", "namespace id \"-000000000000001\" is not hexadecimal; " + expected},
+      {"+000000000000001", "namespace id \"+000000000000001\" is not hexadecimal; " + expected},
+      {" 000000000000001", "namespace id \" 000000000000001\" is not hexadecimal; " + expected},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<uint64_t> id = ParseNamespaceId(c.text);
+    ASSERT_FALSE(id.ok()) << c.text << " parsed as " << *id;
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_EQ(id.status().message(), c.message);
+  }
 }
 
 TEST(ClientOptionsTest, ValidateRanges) {

@@ -298,7 +298,8 @@ class Client {
 
 // "0123456789abcdef": namespace ids are shown and parsed as 16 lower-case hex digits.
 std::string FormatNamespaceId(uint64_t namespace_id);
-// Accepts 1..16 hex digits, with or without "0x". InvalidArgument otherwise.
+// Accepts exactly 16 hex digits (either case), with or without "0x". InvalidArgument
+// otherwise, naming the text given.
 [[nodiscard]] absl::StatusOr<uint64_t> ParseNamespaceId(absl::string_view text);
 
 }  // namespace turbokv::client
