@@ -10,12 +10,13 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kv_layout.h"
 #include "npy.h"
+#include "text_table.h"
 #include "turbokv/client/prefix_hasher.h"
 #include "turbokv/codec/status_macros.h"
 #include "turbokv/codec/types.h"
@@ -169,21 +170,58 @@ absl::Status RunNsRegister(const GlobalOptions& g, const Client& c, NsRegisterAr
   return absl::OkStatus();
 }
 
+// "[num_layers][2][block_tokens][num_kv_heads][head_dim]" of a namespace's blocks.
+std::string BlockShape(const NamespaceDescriptor& d) {
+  return absl::StrCat("[", d.num_layers, "][2][", d.block_tokens, "][", d.num_kv_heads, "][",
+                      d.head_dim, "]");
+}
+
+// "never", or "3600 s": blocks expire this long after their last put or get.
+std::string TtlSummary(const NamespaceDescriptor& d) {
+  const uint32_t ttl = d.ttl_seconds.value_or(0);
+  return ttl == 0 ? "never" : absl::StrCat(ttl, " s");
+}
+
+// One row per namespace, for `ns list` and `stats` without --json.
+std::string NamespaceTable(const std::vector<client::NamespaceStats>& namespaces) {
+  using Align = TextTable::Align;
+  TextTable t({{"NAMESPACE"},
+               {"MODEL"},
+               {"DTYPE"},
+               {"BLOCK SHAPE"},
+               {"TP"},
+               {"TTL"},
+               {"BLOCKS", Align::kRight},
+               {"STORED", Align::kRight},
+               {"LOGICAL", Align::kRight},
+               {"CODEC"}});
+  for (const client::NamespaceStats& ns : namespaces) {
+    const NamespaceDescriptor& d = ns.descriptor;
+    std::string model = d.model.empty() ? "-" : d.model;
+    if (!d.model_revision.empty()) absl::StrAppend(&model, "@", d.model_revision);
+    t.AddRow({client::FormatNamespaceId(ns.namespace_id), model, client::DTypeName(d.dtype),
+              BlockShape(d), d.tp_size > 1 ? absl::StrCat(d.tp_rank, "/", d.tp_size) : "-",
+              TtlSummary(d), absl::StrCat(ns.blocks), HumanBytes(ns.stored_bytes),
+              HumanBytes(ns.logical_bytes), CodecSummary(d.codec)});
+  }
+  return t.rows() == 0 ? "no namespaces\n" : t.Render();
+}
+
 absl::Status RunNsList(const GlobalOptions& g, const Client& c) {
   TURBOKV_ASSIGN_OR_RETURN(client::ServerStats s, c.Stats(Call(g)));
+  if (!g.json) {
+    std::cout << NamespaceTable(s.namespaces) << std::flush;
+    return absl::OkStatus();
+  }
   std::vector<std::string> rows;
-  std::string human;
   for (const client::NamespaceStats& ns : s.namespaces) {
     const NamespaceDescriptor& d = ns.descriptor;
-    const std::string id = client::FormatNamespaceId(ns.namespace_id);
-    const std::string shape = absl::StrCat("[", d.num_layers, "][2][", d.block_tokens, "][",
-                                           d.num_kv_heads, "][", d.head_dim, "]");
     JsonObject n;
-    n.Add("namespace_id", id)
+    n.Add("namespace_id", client::FormatNamespaceId(ns.namespace_id))
         .Add("model", d.model)
         .Add("model_revision", d.model_revision)
         .Add("dtype", client::DTypeName(d.dtype))
-        .Add("block_shape", shape)
+        .Add("block_shape", BlockShape(d))
         .Add("tp_rank", d.tp_rank)
         .Add("tp_size", d.tp_size)
         .Add("codec", CodecSummary(d.codec))
@@ -192,17 +230,10 @@ absl::Status RunNsList(const GlobalOptions& g, const Client& c) {
         .Add("stored_bytes", ns.stored_bytes)
         .Add("logical_bytes", ns.logical_bytes);
     rows.push_back(n.Dump());
-    absl::StrAppend(&human, id, "  ", d.model, "  ", client::DTypeName(d.dtype), " ", shape, "  ",
-                    CodecSummary(d.codec), "  ", ns.blocks, " blocks, ", ns.stored_bytes,
-                    " bytes stored\n");
   }
-  if (g.json) {
-    JsonObject o;
-    o.Add("count", uint64_t{s.namespaces.size()}).AddRawArray("namespaces", rows);
-    Emit(g, o);
-  } else {
-    std::cout << (human.empty() ? std::string("no namespaces\n") : human) << std::flush;
-  }
+  JsonObject o;
+  o.Add("count", uint64_t{s.namespaces.size()}).AddRawArray("namespaces", rows);
+  Emit(g, o);
   return absl::OkStatus();
 }
 
@@ -436,6 +467,13 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
       .Add("compression_ratio", s.stored_bytes ? double(s.logical_bytes) / s.stored_bytes : 0.0)
       .Add("evicted_blocks", s.evicted_blocks)
       .Add("checksum_failures", s.checksum_failures);
+  if (!g.json) {
+    // The server's figures as "key: value" lines, then the namespaces as a table.
+    Emit(g, o);
+    std::cout << "namespaces: " << s.namespaces.size() << "\n"
+              << (s.namespaces.empty() ? "" : NamespaceTable(s.namespaces)) << std::flush;
+    return absl::OkStatus();
+  }
   std::vector<std::string> nss;
   for (const client::NamespaceStats& ns : s.namespaces) {
     JsonObject n;
@@ -446,6 +484,7 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
         .Add("num_kv_heads", ns.descriptor.num_kv_heads)
         .Add("head_dim", ns.descriptor.head_dim)
         .Add("block_tokens", ns.descriptor.block_tokens)
+        .Add("ttl_seconds", ns.descriptor.ttl_seconds.value_or(0))
         .Add("blocks", ns.blocks)
         .Add("stored_bytes", ns.stored_bytes)
         .Add("logical_bytes", ns.logical_bytes);
@@ -556,7 +595,8 @@ void AddNamespaceCommands(CLI::App& app, Action* action) {
   reg->callback([a, action] {
     *action = [a](const GlobalOptions& g, const Client& c) { return RunNsRegister(g, c, *a); };
   });
-  CLI::App* list = ns->add_subcommand("list", "list the registered namespaces (codec, blocks, bytes)");
+  CLI::App* list = ns->add_subcommand(
+      "list", "list the registered namespaces (shape, TTL, blocks, bytes, codec)");
   list->callback([action] { *action = RunNsList; });
   CLI::App* drop = ns->add_subcommand("drop", "delete a namespace and all its blocks (on every node)");
   auto d = std::make_shared<DropArgs>();
@@ -630,7 +670,8 @@ void AddGetCommand(CLI::App& app, Action* action) {
 }
 
 void AddStatsCommand(CLI::App& app, Action* action) {
-  CLI::App* st = app.add_subcommand("stats", "server and per-namespace statistics");
+  CLI::App* st = app.add_subcommand(
+      "stats", "server statistics and a table of the namespaces (--json: one object)");
   st->callback([action] { *action = RunStats; });
 }
 

@@ -132,6 +132,56 @@ def test_cli_stats_and_human_output(turbokv_cli, turbokv_server):
     assert p.returncode == 0 and "codec_backend:" in p.stdout
 
 
+def test_cli_stats_and_ns_list_show_the_ttl(turbokv_cli, turbokv_server):
+    kv_path, tok_path = _fixture("stories260k")
+    L, _, _, H, D = np.load(kv_path).shape
+    ttl = run(turbokv_cli, turbokv_server, "ns", "register", "--model", "ttl-test",
+              "--num-layers", str(L), "--num-kv-heads", str(H), "--head-dim", str(D),
+              "--block-tokens", "16", "--dtype", "fp16", "--preset", "raw", "--ttl-seconds",
+              "3600")
+    forever = _register(turbokv_cli, turbokv_server, kv_path)
+    run(turbokv_cli, turbokv_server, "put", "--namespace", ttl["namespace_id"], "--kv", kv_path,
+        "--tokens", tok_path)
+    # --json: the same objects as before, each with ttl_seconds (0 = never).
+    s = run(turbokv_cli, turbokv_server, "stats")
+    by_id = {n["namespace_id"]: n for n in s["namespaces"]}
+    assert by_id[ttl["namespace_id"]]["ttl_seconds"] == 3600
+    assert by_id[forever["namespace_id"]]["ttl_seconds"] == 0
+    assert by_id[ttl["namespace_id"]]["blocks"] == 4
+    assert set(by_id[ttl["namespace_id"]]) == {
+        "namespace_id", "model", "dtype", "num_layers", "num_kv_heads", "head_dim",
+        "block_tokens", "ttl_seconds", "blocks", "stored_bytes", "logical_bytes"}
+    listed = run(turbokv_cli, turbokv_server, "ns", "list")
+    assert {n["namespace_id"]: n["ttl_seconds"] for n in listed["namespaces"]} == {
+        ttl["namespace_id"]: 3600, forever["namespace_id"]: 0}
+    # For people: one table row per namespace, the TTL in its own column.
+    raw_bytes = 4 * ttl["raw_block_bytes"]
+    assert by_id[ttl["namespace_id"]]["logical_bytes"] == raw_bytes
+    stored = by_id[ttl["namespace_id"]]["stored_bytes"]  # raw blocks plus their trailers
+    assert raw_bytes < stored < raw_bytes * 1.02
+    for args in (["stats"], ["ns", "list"]):
+        p = subprocess.run([turbokv_cli, "--server", turbokv_server.address, *args],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        header = next(l for l in lines if l.startswith("NAMESPACE"))
+        assert header.split() == ["NAMESPACE", "MODEL", "DTYPE", "BLOCK", "SHAPE", "TP", "TTL",
+                                  "BLOCKS", "STORED", "LOGICAL", "CODEC"], header
+        rows = {l.split()[0]: l for l in lines[lines.index(header) + 1:]}
+        assert set(rows) == {ttl["namespace_id"], forever["namespace_id"]}, p.stdout
+        ttl_col = header.index("TTL")
+        assert rows[ttl["namespace_id"]][ttl_col:].startswith("3600 s ")
+        assert rows[forever["namespace_id"]][ttl_col:].startswith("never ")
+        assert rows[ttl["namespace_id"]].split()[1:4] == [
+            "ttl-test", "fp16", "[%d][2][16][%d][%d]" % (L, H, D)]
+        assert " 4  %.1f KiB  %.1f KiB  raw (stored verbatim)" % (
+            stored / 1024, raw_bytes / 1024) in rows[ttl["namespace_id"]], p.stdout
+        assert "{" not in p.stdout  # no JSON blob
+    p = subprocess.run([turbokv_cli, "--server", turbokv_server.address, "stats"],
+                       capture_output=True, text=True, timeout=60)
+    assert "namespaces: 2\n" in p.stdout and "codec_backend: " in p.stdout
+
+
 @pytest.mark.parametrize("text,digits", [("00000000000001", 14), ("0x00ff", 4),
                                          ("00000000000000001", 17)])
 def test_cli_refuses_a_namespace_id_of_other_than_16_digits(turbokv_cli, turbokv_server, tmp_path,

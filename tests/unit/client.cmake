@@ -6,7 +6,8 @@ if(TARGET turbokv_client AND TARGET turbokv_cli_lib)
       ${CMAKE_SOURCE_DIR}/tests/unit/client_wire_format_test.cc
       ${CMAKE_SOURCE_DIR}/tests/unit/client_fake_server_test.cc
       ${CMAKE_SOURCE_DIR}/tests/unit/client_npy_test.cc
-      ${CMAKE_SOURCE_DIR}/tests/unit/client_kv_layout_test.cc)
+      ${CMAKE_SOURCE_DIR}/tests/unit/client_kv_layout_test.cc
+      ${CMAKE_SOURCE_DIR}/tests/unit/client_text_table_test.cc)
   # chunking.h is internal to the client library: the test reaches it through the src folder.
   target_include_directories(client_unit_tests PRIVATE ${CMAKE_SOURCE_DIR}/client/src)
   target_compile_definitions(client_unit_tests PRIVATE

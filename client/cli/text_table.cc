@@ -1,0 +1,53 @@
+#include "text_table.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace turbokv::cli {
+
+void TextTable::AddRow(std::vector<std::string> cells) {
+  cells.resize(columns_.size());
+  rows_.push_back(std::move(cells));
+}
+
+std::string TextTable::Render() const {
+  std::vector<size_t> width(columns_.size());
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    width[c] = columns_[c].header.size();
+    for (const auto &row : rows_) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  auto line = [&](const auto &cell_of) {
+    std::string l;
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      const std::string &cell = cell_of(c);
+      const std::string pad(width[c] - cell.size(), ' ');
+      if (c > 0) l += "  ";
+      absl::StrAppend(&l, columns_[c].align == Align::kRight ? pad : "", cell,
+                      columns_[c].align == Align::kLeft ? pad : "");
+    }
+    l.erase(l.find_last_not_of(' ') + 1);
+    absl::StrAppend(&out, l, "\n");
+  };
+  line([&](size_t c) -> const std::string & { return columns_[c].header; });
+  for (const auto &row : rows_) line([&](size_t c) -> const std::string & { return row[c]; });
+  return out;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  static constexpr const char *kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", v, kUnits[unit]);
+}
+
+}  // namespace turbokv::cli

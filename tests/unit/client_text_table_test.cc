@@ -1,0 +1,44 @@
+// The CLI's tables for people (`turbokv stats`, `ns list`): column widths,
+// alignment, bytes.
+#include <gtest/gtest.h>
+
+#include "text_table.h"
+
+namespace turbokv::cli {
+namespace {
+
+using Align = TextTable::Align;
+
+TEST(TextTableTest, ColumnsAsWideAsTheirWidestCell) {
+  TextTable t({{"NAMESPACE"}, {"TTL"}, {"BLOCKS", Align::kRight}, {"CODEC"}});
+  t.AddRow({"0000000000000001", "3600 s", "7", "raw"});
+  t.AddRow({"00000000000000ff", "never", "12345678", "K 4-bit g=32, V 4-bit g=32"});
+  EXPECT_EQ(t.rows(), 2u);
+  EXPECT_EQ(t.Render(),
+            "NAMESPACE         TTL       BLOCKS  CODEC\n"
+            "0000000000000001  3600 s         7  raw\n"
+            "00000000000000ff  never   12345678  K 4-bit g=32, V 4-bit g=32\n");
+}
+
+TEST(TextTableTest, MissingCellsAreEmptyAndExtraOnesDropped) {
+  TextTable t({{"A", Align::kRight}, {"B"}});
+  t.AddRow({"1"});
+  t.AddRow({"22", "x", "dropped"});
+  EXPECT_EQ(t.Render(),
+            " A  B\n"
+            " 1\n"
+            "22  x\n");
+  EXPECT_EQ(TextTable({{"ONLY"}}).Render(), "ONLY\n");
+}
+
+TEST(TextTableTest, HumanBytes) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1024), "1.0 KiB");
+  EXPECT_EQ(HumanBytes(376832), "368.0 KiB");
+  EXPECT_EQ(HumanBytes(uint64_t{3} << 29), "1.5 GiB");
+  EXPECT_EQ(HumanBytes(~uint64_t{0}), "16.0 EiB");
+}
+
+}  // namespace
+}  // namespace turbokv::cli
