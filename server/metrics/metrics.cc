@@ -168,7 +168,8 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   repair_dropped_blocks_ = gauge("turbokv_repair_dropped_blocks",
                                  "Blocks the repair of a damaged data directory dropped at start");
   disk_bytes_ = gauge("turbokv_disk_bytes",
-                      "SST, blob and WAL bytes of the data directory (counted for eviction)");
+                      "Bytes of all files in the data directory: SST, blob, WAL, info LOG, "
+                      "MANIFEST, RESERVE (eviction counts the SST, blob and WAL part)");
   write_resumes_ = counter("turbokv_write_resumes_total",
                            "RocksDB write resumptions after a background error (a full disk)");
   capacity_bytes_->Set(static_cast<double>(capacity_bytes));

@@ -119,7 +119,9 @@ struct StoreStats {
   uint64_t expired_blocks = 0;                  // TTL expiries since open
   uint64_t checksum_failures = 0;               // since open
   RepairReport repair;                          // what the open repaired
-  uint64_t disk_bytes = 0;     // SST + blob + WAL bytes on disk (last maintenance pass)
+  // Bytes of every file in the data directory (SST, blob, WAL, info LOG, MANIFEST, OPTIONS,
+  // RESERVE, ...), as of the last maintenance pass.
+  uint64_t disk_bytes = 0;
   uint64_t write_resumes = 0;  // RocksDB resumed after a background error (a full disk)
   std::vector<NamespaceStatsEntry> namespaces;  // sorted by id
 };
@@ -244,7 +246,7 @@ class BlockStore {
   // Disk full (docs/faults.md): resumes RocksDB after a failed write, releasing the reserve
   // file when it is still short of space; re-creates the reserve once there is room again.
   void TryResume();
-  void MeasureDisk();  // disk_bytes_ and disk_overhead_bytes_
+  void MeasureDisk();  // disk_bytes_ and disk_overhead_bytes_ (one listing of data_dir)
   uint64_t FreeDiskBytes() const;
   // ResourceExhausted when the filesystem is too full to take `blocks` and still flush.
   absl::Status CheckDiskRoom(absl::Span<const BlockWrite> blocks, int64_t now);
@@ -313,7 +315,7 @@ class BlockStore {
   uint64_t expired_blocks_ = 0;
   uint64_t checksum_failures_ = 0;
   uint64_t disk_bytes_ = 0;
-  uint64_t disk_overhead_bytes_ = 0;  // disk_bytes_ beyond the charged bytes
+  uint64_t disk_overhead_bytes_ = 0;  // SST + blob + WAL bytes beyond the charged bytes
   uint64_t write_resumes_ = 0;
 
   std::mutex stop_mu_;
