@@ -232,7 +232,8 @@ TEST_F(FakeServerTest, DeadlineIsPerCall) {
   const absl::Time t0 = absl::Now();
   auto r = client_->Lookup(1, chain, 99, CallOptions{absl::Milliseconds(200)});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
+  // The call's 200 ms, not the client's 10 s timeout (the margin is for a loaded machine).
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(8));
 }
 
 TEST_F(FakeServerTest, LookupRejectsImpossibleMatchCounts) {
