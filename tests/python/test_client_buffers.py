@@ -33,13 +33,15 @@ def _block(seed):
 
 class Store(pb_grpc.TurboKVServicer):
     """Keeps raw fp16 blocks by hash (packed = the same bytes) and sends them back in chunks
-    of 100 bytes. ``gate``: GetBlocks / Lookup wait on it; ``delay``: Lookup sleeps."""
+    of 100 bytes. ``gate``: GetBlocks / Lookup wait on it; ``delay``: Lookup sleeps (cut short
+    when the fixture ends, so a long delay does not hold up the test run)."""
 
     def __init__(self):
         self.blocks = {}
         self.calls = 0
         self.gate = None
         self.delay = 0.0
+        self.done = threading.Event()
         self.lock = threading.Lock()
 
     def Stats(self, request, context):
@@ -77,7 +79,8 @@ class Store(pb_grpc.TurboKVServicer):
             self.calls += 1
         if self.gate is not None:
             self.gate.wait(10)
-        time.sleep(self.delay)
+        if self.delay:
+            self.done.wait(self.delay)
         n = 0
         while n < len(request.block_hashes) and request.block_hashes[n] in self.blocks:
             n += 1
@@ -93,6 +96,7 @@ def store():
     server.start()
     client = Client("127.0.0.1:%d" % port, timeout=10, max_chunk_bytes=1024)
     yield servicer, client
+    servicer.done.set()
     client.close()
     server.stop(None)
 
@@ -215,12 +219,14 @@ def test_async_calls_overlap(store):
 
 def test_per_call_deadline(store):
     svc, c = store
-    svc.delay = 2.0
+    svc.delay = 60.0
     t0 = time.monotonic()
     with pytest.raises(TurboKVError) as e:
         c.lookup(NS, H, timeout=0.3)
     assert e.value.code == StatusCode.DEADLINE_EXCEEDED
-    assert time.monotonic() - t0 < 1.5
+    # Cut short by the 0.3 s deadline, not by the reply (60 s) nor the client's timeout (10 s);
+    # the margin is for a loaded machine.
+    assert time.monotonic() - t0 < 8.0
     f = c.lookup_async(NS, H, timeout=0.3)
     with pytest.raises(TurboKVError) as e:
         f.result(timeout=5)
@@ -245,13 +251,32 @@ def test_queued_async_call_counts_its_wait_against_its_deadline(store):
         c.close()
 
 
+def _wait_until(condition, seconds=30.0):
+    """Polls condition() until it holds or `seconds` pass; returns its last value."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
 def test_close_cancels_queued_calls(store):
     svc, c0 = store
     c = Client(c0.target, timeout=10, max_concurrent_calls=1)
     svc.gate = threading.Event()
     running = c.lookup_async(NS, H)
+    # Running means the pool's thread took it: it has reached the server (held at the gate).
+    # A close() before that would cancel it as a queued call.
+    assert _wait_until(lambda: svc.calls == 1)
     queued = [c.lookup_async(NS, H) for _ in range(3)]
-    threading.Timer(0.3, svc.gate.set).start()
+
+    # Let the running call finish only once close() has cancelled the queued ones: released
+    # earlier, the pool's thread would start one of them. (A close() that never cancels them
+    # has the gate released after the bound, and the asserts below fail.)
+    def release():
+        _wait_until(lambda: all(f.cancelled() for f in queued))
+        svc.gate.set()
+
+    threading.Thread(target=release, daemon=True).start()
     c.close()
     assert running.done() and not running.cancelled()
     assert all(f.cancelled() for f in queued)
