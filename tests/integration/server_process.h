@@ -147,9 +147,11 @@ class ServerProcess {
                                      "--data-dir",
                                      (dir_ / "data").string(),
                                      "--codec-threads",
-                                     "2",
-                                     "--shutdown-grace-ms",
-                                     "2000"};
+                                     "2"};
+    if (std::find(extra_args_.begin(), extra_args_.end(), "--shutdown-grace-ms") ==
+        extra_args_.end()) {
+      args.insert(args.end(), {"--shutdown-grace-ms", "2000"});
+    }
     if (std::find(extra_args_.begin(), extra_args_.end(), "--listen") == extra_args_.end()) {
       args.insert(args.end(), {"--listen", "127.0.0.1:0"});
     }

@@ -25,6 +25,7 @@ namespace turbokv::server {
 namespace {
 
 using testing::ServerProcess;
+using testing::Scaled;
 
 constexpr size_t kChunk = size_t{1} << 20;
 
@@ -667,8 +668,38 @@ TEST(ServerRpcTest, RestartKeepsDataAndSigtermExitsZero) {
   EXPECT_EQ(server.Stop(SIGINT), 0);
 }
 
+// A minimal HTTP GET of /metrics.
+std::string Scrape(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+// The value of the sample `series` (name{labels} exactly as exposed), or -1.
+double MetricValue(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+}
+
 TEST(ServerRpcTest, SigtermLetsAnInFlightPutStreamFinish) {
-  ServerProcess server;
+  // The grace period only has to outlast the rest of the stream; a generous one keeps a
+  // loaded machine from cancelling the stream (the server exits as soon as the stream ends).
+  const std::string grace_ms = std::to_string(Scaled(std::chrono::seconds(30)).count());
+  ServerProcess server({"--metrics-listen", "127.0.0.1:0", "--shutdown-grace-ms", grace_ms});
   ASSERT_TRUE(server.Start()) << server.Log();
   std::mt19937_64 rng(6);
   v1::RegisterNamespaceResponse reg = Register(server.stub(), SmallDescriptor());
@@ -682,10 +713,24 @@ TEST(ServerRpcTest, SigtermLetsAnInFlightPutStreamFinish) {
   auto writer = server.stub().PutBlocks(&ctx, &resp);
   for (size_t i = 0; i < msgs.size() / 2; ++i) ASSERT_TRUE(writer->Write(msgs[i]));
   // Let the server accept the call first: a call it has not started yet when shutdown begins
-  // is cancelled, not drained (seen under load with six copies of this test at once).
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  // is cancelled, not drained (seen under load with six copies of this test at once). A
+  // started put stream holds in-flight budget for its next read while it is open, which
+  // turbokv_in_flight_bytes shows (refreshed every second): wait for that, not for a time.
+  const auto deadline = std::chrono::steady_clock::now() + Scaled(std::chrono::seconds(60));
+  double in_flight = -1;
+  while ((in_flight = MetricValue(Scrape(server.metrics_port()), "turbokv_in_flight_bytes")) <= 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(in_flight, 0) << "the server never started the put stream\n" << server.Log();
   server.Signal(SIGTERM);  // shutdown begins while the stream is open
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The server logs the signal right before it shuts down.
+  while (server.Log().find("received SIGTERM, shutting down") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(server.Log().find("received SIGTERM, shutting down"), std::string::npos)
+      << server.Log();
   for (size_t i = msgs.size() / 2; i < msgs.size(); ++i) ASSERT_TRUE(writer->Write(msgs[i]));
   writer->WritesDone();
   grpc::Status s = writer->Finish();
@@ -738,8 +783,10 @@ TEST(ServerRpcTest, Kill9DuringPutLoadLosesNoAcknowledgedBlock) {
       }
     });
   }
-  // Let the load run, then kill the server in the middle of it.
-  for (int i = 0; i < 200; ++i) {
+  // Let the load run until 300 blocks are acknowledged (however long a loaded machine takes),
+  // then kill the server in the middle of it.
+  const auto deadline = std::chrono::steady_clock::now() + Scaled(std::chrono::seconds(60));
+  while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::lock_guard<std::mutex> l(mu);
     if (acked.size() >= 300) break;
@@ -772,27 +819,6 @@ TEST(ServerRpcTest, Kill9DuringPutLoadLosesNoAcknowledgedBlock) {
   EXPECT_EQ(server.Stop(SIGTERM), 0);
 }
 
-// A minimal HTTP GET of /metrics.
-std::string Scrape(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
-
 TEST(ServerRpcTest, HealthMetricsAndCodecBackendSelection) {
   ServerProcess server({"--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(server.Start()) << server.Log();
@@ -820,8 +846,16 @@ TEST(ServerRpcTest, HealthMetricsAndCodecBackendSelection) {
   Put(server.stub(), reg.namespace_id(),
       {{Hash(1), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)}});
   EXPECT_EQ(Matched(server.stub(), reg.namespace_id(), {Hash(1), Hash(2)}), 1u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // gauge refresh
-  const std::string metrics = Scrape(server.metrics_port());
+  // The store's gauges are refreshed every second, after the put: wait for that refresh (the
+  // counters are updated before each call returns).
+  const auto deadline = std::chrono::steady_clock::now() + Scaled(std::chrono::seconds(60));
+  std::string metrics = Scrape(server.metrics_port());
+  while ((MetricValue(metrics, "turbokv_blocks") != 1 ||
+          MetricValue(metrics, "turbokv_namespaces") != 1) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    metrics = Scrape(server.metrics_port());
+  }
   for (const char* needle :
        {"turbokv_rpc_requests_total{code=\"OK\",method=\"PutBlocks\"} 1",
         "turbokv_rpc_duration_seconds_bucket", "turbokv_lookup_blocks_total{result=\"hit\"} 1",
@@ -846,12 +880,6 @@ TEST(ServerRpcTest, HealthMetricsAndCodecBackendSelection) {
   EXPECT_TRUE(WIFEXITED(cuda.exit_status()));
   EXPECT_NE(WEXITSTATUS(cuda.exit_status()), 0);
   EXPECT_NE(cuda.Log().find("cuda"), std::string::npos) << cuda.Log();
-}
-
-// The value of the sample `series` (name{labels} exactly as exposed), or -1.
-double MetricValue(const std::string& text, const std::string& series) {
-  const size_t at = text.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
 }
 
 // --codec-backend auto (the default) on a machine without a usable CUDA device: the CPU codec
