@@ -1024,12 +1024,17 @@ void BlockStore::MeasureDisk() {
   // SST and blob files, whose sizes are not read again).
   uint64_t data = sst_file_manager_ != nullptr ? sst_file_manager_->GetTotalSize() : 0;
   uint64_t other = 0;
+  // Never throws (the non-throwing increment): a listing that fails part way, e.g. the
+  // directory removed under a running server, counts what it saw.
   std::error_code ec;
-  for (const auto& f : std::filesystem::directory_iterator(options_.data_dir, ec)) {
+  for (std::filesystem::directory_iterator it(options_.data_dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::filesystem::directory_entry& f = *it;
     const std::filesystem::path ext = f.path().extension();
-    if (ext == ".sst" || ext == ".blob" || !f.is_regular_file(ec)) continue;
-    const uintmax_t size = f.file_size(ec);
-    if (ec) continue;  // removed since the listing (an obsolete WAL, a rolled LOG)
+    std::error_code file_ec;
+    if (ext == ".sst" || ext == ".blob" || !f.is_regular_file(file_ec)) continue;
+    const uintmax_t size = f.file_size(file_ec);
+    if (file_ec) continue;  // removed since the listing (an obsolete WAL, a rolled LOG)
     (ext == ".log" ? data : other) += size;
   }
   std::lock_guard<std::mutex> l(mu_);
