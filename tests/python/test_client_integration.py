@@ -371,6 +371,55 @@ def test_delete_drop_and_stats(turbokv_client):
     assert e.value.code == StatusCode.NOT_FOUND
 
 
+def test_stats_follows_pages_and_shapes_come_from_every_page(tmp_path):
+    """A server paging Stats 2 namespaces at a time: a fresh Client (no register_namespace in
+    it) can put and get into each of 5 namespaces (shapes found through stats(), pages 1-3),
+    and stats() lists all 5 with their blocks and bytes; so does ShardedClient."""
+    from conftest import ServerProcess, find_server_binary
+    from turbokv import Client, PrefixHasher, ShardedClient
+    binary = find_server_binary()
+    if binary is None:
+        pytest.skip("turbokv-server binary not found")
+    srv = ServerProcess(binary, str(tmp_path / "data"), str(tmp_path / "server.log"),
+                        extra_args=["--max-stats-namespaces", "2"]).start()
+    try:
+        with Client(srv.address, timeout=60) as setup:
+            infos = [setup.register_namespace(model="paged-%d" % i, num_layers=2 + i,
+                                              num_kv_heads=2, head_dim=32, block_tokens=16,
+                                              preset="raw") for i in range(5)]
+        ids = sorted(info.namespace_id for info in infos)
+        c = Client(srv.address, timeout=60)
+        for i, info in enumerate(infos):
+            ns = info.namespace_id
+            kv = _random_kv(2 + i, 16 * (i + 1), 2, 32, seed=i)  # i + 1 blocks
+            chain = PrefixHasher(ns).block_hashes(np.arange(16 * (i + 1)), 16)
+            blocks = _blocks(kv, 16)
+            _put_ok(c, ns, chain, blocks)
+            got = c.get_blocks(ns, chain)
+            assert [g.tobytes() for g in got] == [b.tobytes() for b in blocks]
+        s = c.stats()
+        assert sorted(n.namespace_id for n in s.namespaces) == ids  # 3 pages, no duplicates
+        for i, info in enumerate(infos):
+            n = s.namespace(info.namespace_id)
+            assert n is not None and n.descriptor["num_layers"] == 2 + i
+            assert n.blocks == i + 1
+            assert n.logical_bytes == (i + 1) * info.raw_block_bytes
+            assert n.stored_bytes >= (i + 1) * info.packed_block_bytes
+        assert s.blocks == 15  # server-wide totals (the first page's), not per page
+        assert s.logical_bytes == sum(n.logical_bytes for n in s.namespaces)
+        c.close()
+        with ShardedClient(srv.address, timeout=60) as sc:
+            ss = sc.stats()
+            assert sorted(n.namespace_id for n in ss.namespaces) == ids
+            assert ss.blocks == 15
+            got = sc.get_blocks(infos[4].namespace_id,
+                                PrefixHasher(infos[4].namespace_id).block_hashes(
+                                    np.arange(80), 16))
+            assert all(g is not None for g in got) and len(got) == 5
+    finally:
+        srv.stop()
+
+
 def test_put_validation(turbokv_client):
     from turbokv import PrefixHasher, TurboKVError
     c = turbokv_client

@@ -651,19 +651,35 @@ class Client(AsyncCalls):
         return int(resp.deleted_blocks)
 
     def stats(self, timeout: Optional[float] = None) -> ServerStats:
-        """Server statistics (:class:`ServerStats`)."""
-        r = self._call(lambda t: self._stub.Stats(pb.StatsRequest(), timeout=t),
-                       self._deadline(timeout))
+        """Server statistics (:class:`ServerStats`). The server sends its namespaces in pages
+        (``--max-stats-namespaces``); this follows every page, within one ``timeout``, and
+        takes the server-wide counters from the first page."""
+        deadline = self._deadline(timeout)
+
+        def page(req: Any) -> Any:
+            return self._call(lambda t: self._stub.Stats(req, timeout=t), deadline)
+
+        req = pb.StatsRequest()
+        r = first = page(req)
+        namespaces: List[NamespaceStats] = []
+        while True:
+            namespaces.extend(NamespaceStats(
+                namespace_id=ns.namespace_id,
+                descriptor=_descriptor_dict(ns.namespace_descriptor), blocks=ns.blocks,
+                stored_bytes=ns.stored_bytes, logical_bytes=ns.logical_bytes, tenant=ns.tenant)
+                for ns in r.namespaces)
+            # Stop at the last page, or on a cursor that does not advance (as the C++ client).
+            if not r.HasField("next_page_after") or (
+                    req.HasField("page_after") and r.next_page_after <= req.page_after):
+                break
+            req = pb.StatsRequest(page_after=r.next_page_after)
+            r = page(req)
+        r = first
         return ServerStats(
             capacity_bytes=r.capacity_bytes, used_bytes=r.used_bytes, blocks=r.blocks,
             logical_bytes=r.logical_bytes, evicted_blocks=r.evicted_blocks,
             checksum_failures=r.checksum_failures, codec_backend=r.codec_backend,
-            durability=r.durability, version=r.version,
-            namespaces=[NamespaceStats(
-                namespace_id=ns.namespace_id,
-                descriptor=_descriptor_dict(ns.namespace_descriptor), blocks=ns.blocks,
-                stored_bytes=ns.stored_bytes, logical_bytes=ns.logical_bytes, tenant=ns.tenant)
-                for ns in r.namespaces])
+            durability=r.durability, version=r.version, namespaces=namespaces)
 
 
 def _layer_range(layers: Layers, num_layers: int) -> Tuple[int, int]:
