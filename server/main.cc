@@ -1,8 +1,10 @@
 // turbokv-server: flags -> ServerOptions, start, wait for SIGTERM/SIGINT, shut down cleanly.
 // The only place flags are parsed.
 #include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -30,7 +32,26 @@ bool WriteFileAtomically(const std::string& path, const std::string& text) {
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
   return !ec;
+}
+
+// At start-up, before the (possibly slow) recovery and before the data directory is created:
+// removes a --port-file left by an earlier run, so a reader never takes its port for this
+// server's, and checks that the file can be written (its temp file is created and removed).
+// Returns "" or what went wrong.
+std::string PreparePortFile(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  if (ec) return "cannot remove the old file: " + ec.message();
+  const std::string tmp = path + ".tmp";
+  errno = 0;
+  if (!std::ofstream(tmp, std::ios::trunc)) {
+    return std::string("cannot create ") + tmp + ": " +
+           (errno != 0 ? std::strerror(errno) : "open failed");
+  }
+  std::filesystem::remove(tmp, ec);
+  return "";
 }
 
 }  // namespace
@@ -82,7 +103,9 @@ int main(int argc, char** argv) {
       "speak TLS); \"\" = health on --listen only");
   add("--port-file", port_file,
       "Once serving, write the bound gRPC port to this file (first line) and the metrics port "
-      "(second line, when metrics are enabled)");
+      "(second line, when metrics are enabled). A file left at this path is removed at start-up "
+      "(an unwritable path fails the start at once), and the file is removed on a clean "
+      "shutdown");
   add("--data-dir", options.storage.data_dir, "RocksDB directory (created when missing)");
   add("--metrics-listen", options.metrics.listen_address,
       "Prometheus /metrics address HOST:PORT; port 0 picks a free port; \"\" disables");
@@ -213,6 +236,13 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (!port_file.empty()) {
+    if (std::string error = PreparePortFile(port_file); !error.empty()) {
+      spdlog::critical("--port-file {}: {}", port_file, error);
+      return 1;
+    }
+  }
+
   auto server = turbokv::server::Server::Start(options);
   if (!server.ok()) {
     spdlog::critical("turbokv-server failed to start: {}", server.status().ToString());
@@ -268,6 +298,10 @@ int main(int argc, char** argv) {
   spdlog::info("received {}, shutting down (grace {} ms)", signal == SIGTERM ? "SIGTERM" : "SIGINT",
                options.shutdown_grace_ms);
   (*server)->Shutdown();
+  if (!port_file.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(port_file, ec);
+  }
   spdlog::info("turbokv-server stopped");
   return 0;
 }

@@ -163,6 +163,55 @@ def test_metrics_port_in_use_keeps_an_existing_data_dir(server_bin, tmp_path):
         first.stop()
 
 
+def _start(server_bin, tmp_path, port_file, *args, name="pf"):
+    log = open(tmp_path / ("%s.log" % name), "wb")
+    proc = subprocess.Popen([server_bin, "--port-file", str(port_file), "--data-dir",
+                             str(tmp_path / ("%s-data" % name)), "--codec-threads", "1",
+                             "--metrics-listen", "", *args], stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    return proc
+
+
+def test_port_file_is_removed_at_start_and_on_clean_shutdown(server_bin, tmp_path):
+    port_file = tmp_path / "ports"
+    port_file.write_text("1\n")  # left by an earlier run
+    # A start that fails in start-up (its port is taken) has already removed the stale file.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        failed = _start(server_bin, tmp_path, port_file, "--listen",
+                        "127.0.0.1:%d" % taken.getsockname()[1], name="failed")
+        assert failed.wait(timeout=30) != 0
+    assert not port_file.exists()
+    # A served start writes its port, and a clean SIGTERM stop removes the file.
+    proc = _start(server_bin, tmp_path, port_file, "--listen", "127.0.0.1:0")
+    try:
+        deadline = time.monotonic() + 30
+        ports = []
+        while not ports and time.monotonic() < deadline and proc.poll() is None:
+            ports = port_file.read_text().split() if port_file.exists() else []
+            time.sleep(0.02)
+        assert len(ports) == 1, (tmp_path / "pf.log").read_text()
+        with socket.create_connection(("127.0.0.1", int(ports[0])), timeout=10):
+            pass
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    assert not port_file.exists()
+    assert not (tmp_path / "ports.tmp").exists()
+    assert "turbokv-server stopped" in (tmp_path / "pf.log").read_text()
+
+
+def test_unwritable_port_file_fails_before_creating_the_data_dir(server_bin, tmp_path):
+    port_file = tmp_path / "missing-dir" / "ports"
+    proc = _start(server_bin, tmp_path, port_file, "--listen", "127.0.0.1:0")
+    assert proc.wait(timeout=30) == 1
+    log = (tmp_path / "pf.log").read_text()
+    assert "--port-file %s: cannot create %s.tmp" % (port_file, port_file) in log, log
+    assert "serving" not in log, log
+    assert not (tmp_path / "pf-data").exists()
+
+
 def test_capacity_warnings_at_start(server_bin, tmp_path):
     tiny = Server(server_bin, tmp_path, "--capacity", "100", name="tiny")
     assert tiny.stop() == 0
