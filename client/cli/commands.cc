@@ -329,10 +329,12 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
     Emit(g, o);
     return absl::OkStatus();
   }
-  const absl::Status failure(first_failure.code(),
-                             absl::StrCat(blocks.size() - stored, " of ", blocks.size(),
-                                          " blocks were not stored; first: ",
-                                          first_failure.message()));
+  const uint64_t not_stored = blocks.size() - stored;
+  const absl::Status failure(
+      first_failure.code(),
+      absl::StrCat(not_stored, " of ", blocks.size(),
+                   not_stored == 1 ? " block was" : " blocks were", " not stored; first: ",
+                   first_failure.message()));
   if (!g.json) {
     Emit(g, o);
     return failure;

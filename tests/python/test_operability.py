@@ -284,6 +284,16 @@ def test_put_json_failure_is_one_object(server_bin, cli_bin, tmp_path):
         assert out["error"]["code"] == "RESOURCE_EXHAUSTED", out
         assert "4 of 4 blocks were not stored" in out["error"]["message"]
         assert "{" not in p.stderr, p.stderr  # no second object on stderr
+        # One block: singular.
+        one_kv, one_tokens = tmp_path / "kv16.npy", tmp_path / "tokens16.npy"
+        np.save(one_kv, np.load(SMOLLM2_KV)[:, :, :16])
+        np.save(one_tokens, np.load(SMOLLM2_TOKENS)[:16])
+        p = cli(cli_bin, s, "put", "--namespace", ns["namespace_id"], "--kv", str(one_kv),
+                "--tokens", str(one_tokens), check=False)
+        assert p.returncode == 1, p.stderr
+        out = json.loads(p.stdout.strip().splitlines()[0])
+        assert out["blocks_sent"] == 1 and out["blocks_stored"] == 0
+        assert "1 of 1 block was not stored; first: " in out["error"]["message"], out
     finally:
         s.stop()
 
