@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace turbokv::server {
@@ -15,6 +16,18 @@ namespace {
 // larger message (the server accepts up to max_receive_message_bytes) is charged in full
 // once it is in.
 constexpr uint64_t kReadReserveBytes = (uint64_t{1} << 20) + 4096;
+// A client that names the stream's namespace in this metadata key (16 hex digits; the
+// messages' namespace_id must then be the same) gets whole-block reservations: the bytes of a
+// block (raw + packed) are taken before its first chunk is read, so a stream never holds part
+// of a block while it waits for budget, and concurrent streams whose blocks add up to more
+// than the budget are served in turn instead of each waiting, holding a part, for bytes that
+// only a finished block would give back.
+// With it, "turbokv-block-count" (decimal) says how many blocks the stream sends: after the
+// last one the end of the stream is read without a reservation (a message that comes instead
+// fails the stream, INVALID_ARGUMENT), so a stream whose blocks are all in never waits for
+// budget again.
+constexpr char kNamespaceIdMetadata[] = "turbokv-namespace-id";
+constexpr char kBlockCountMetadata[] = "turbokv-block-count";
 // A stream stops reading while it holds this much (blocks received, not yet committed).
 constexpr uint64_t kStreamWindowBytes = uint64_t{64} << 20;
 // A commit takes at most this many bytes of ready blocks (one WriteBatch).
@@ -106,6 +119,25 @@ PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
     finished_ = true;
     Finish(scope_.Complete(ShuttingDown()));
   } else {
+    // An unparseable or unknown id is ignored here: the first message's namespace_id decides,
+    // with its own error, as for a client that sends no metadata.
+    const auto hint = context->client_metadata().find(kNamespaceIdMetadata);
+    uint64_t id = 0;
+    if (hint != context->client_metadata().end() && hint->second.size() == 16 &&
+        absl::SimpleHexAtoi(absl::string_view(hint->second.data(), hint->second.size()), &id)) {
+      absl::StatusOr<std::shared_ptr<const Namespace>> ns = ctx_->registry->Get(id, caller_);
+      if (ns.ok()) {
+        ns_ = *std::move(ns);
+        streaming_encode_ = ctx_->backend.cuda == nullptr;
+        block_reserve_bytes_ = ns_->codec.raw_bytes() + ns_->codec.packed_bytes();
+        const auto count = context->client_metadata().find(kBlockCountMetadata);
+        uint64_t n = 0;
+        if (count != context->client_metadata().end() &&
+            absl::SimpleAtoi(absl::string_view(count->second.data(), count->second.size()), &n)) {
+          declared_blocks_ = n;
+        }
+      }
+    }
     std::unique_lock<std::mutex> l(mu_);
     Settle(l);
   }
@@ -121,7 +153,6 @@ void PutBlocksReactor::OnReadDone(bool ok) {
   std::unique_lock<std::mutex> l(mu_);
   try {
     read_pending_ = false;
-    reserve_left_ = kReadReserveBytes;
     if (!ok) {
       reading_done_ = true;
       if (current_ != nullptr) {
@@ -131,13 +162,27 @@ void PutBlocksReactor::OnReadDone(bool ok) {
                                 "; the block was not stored")));
         current_.reset();
       }
+    } else if (declared_blocks_.has_value() && results_.size() >= *declared_blocks_ &&
+               current_ == nullptr &&
+               !(request_.offset() != 0 && skip_hash_.has_value() &&
+                 request_.block_hash() == *skip_hash_)) {
+      // (The rest of a refused last block is dropped by HandleMessage.) Read without a
+      // reservation; its bytes go with the request.
+      FailStream(absl::InvalidArgumentError(absl::StrCat(
+          "the stream sent more than the ", *declared_blocks_,
+          " blocks its turbokv-block-count metadata declared")));
+      request_.Clear();
     } else {
       HandleMessage(request_);
     }
-    // What the message did not need of its reservation goes back.
-    held_bytes_ -= reserve_left_;
-    to_release_ += reserve_left_;
-    reserve_left_ = 0;
+    // What the message did not need of its reservation goes back, unless it is the rest of a
+    // whole-block reservation and the block goes on.
+    if (!whole_reserve_ || current_ == nullptr) {
+      held_bytes_ -= reserve_left_;
+      to_release_ += reserve_left_;
+      reserve_left_ = 0;
+      whole_reserve_ = false;
+    }
   } catch (...) {
     FailStream(CaughtException(ctx_, "PutBlocks OnReadDone", std::current_exception()));
   }
@@ -151,28 +196,35 @@ void PutBlocksReactor::OnCancel() {
   if (fatal_.ok()) fatal_ = absl::CancelledError("PutBlocks cancelled by the client");
   const ByteBudget::Ticket t = ticket_;
   l.unlock();
-  if (t != 0 && ctx_->budget->Cancel(t)) {
-    l.lock();
+  const bool cancelled = t != 0 && ctx_->budget->Cancel(t);
+  l.lock();
+  if (cancelled) {
     ticket_ = 0;
+    ticket_bytes_ = 0;
     reading_done_ = true;
-    Settle(l);
   }
+  // Also when neither reading nor waiting (paused, or between events): the call finishes
+  // once its tasks are done; it used to wait for an event that a paused stream never gets.
+  Settle(l);
 }
 
 void PutBlocksReactor::OnBudget(const absl::Status& status) {
   std::unique_lock<std::mutex> l(mu_);
   ticket_ = 0;
+  const uint64_t granted = std::exchange(ticket_bytes_, 0);
   if (!status.ok()) {
     FailStream(status);
   } else if (fatal_.ok() && !reading_done_) {
-    held_bytes_ += kReadReserveBytes;
+    held_bytes_ += granted;
+    reserve_left_ = granted;
+    whole_reserve_ = ticket_whole_;
     read_pending_ = true;
     l.unlock();
     HandedToGrpc(this);
     StartRead(&request_);
     return;
   } else {
-    to_release_ += kReadReserveBytes;
+    to_release_ += granted;
   }
   Settle(l);
 }
@@ -188,9 +240,10 @@ void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
     streaming_encode_ = ctx_->backend.cuda == nullptr;
   } else if (req.namespace_id() != ns_->id) {
     FailStream(absl::InvalidArgumentError(absl::StrCat(
-        "namespace_id changed within the stream from ", absl::Hex(ns_->id, absl::kZeroPad16),
-        " to ", absl::Hex(req.namespace_id(), absl::kZeroPad16),
-        "; one PutBlocks stream writes one namespace")));
+        "namespace_id ", absl::Hex(req.namespace_id(), absl::kZeroPad16),
+        " is not the stream's namespace ", absl::Hex(ns_->id, absl::kZeroPad16),
+        " (its first message's, or the call's turbokv-namespace-id metadata); one PutBlocks "
+        "stream writes one namespace")));
     return;
   }
   const std::string& hash = req.block_hash();
@@ -328,8 +381,11 @@ void PutBlocksReactor::AppendChunk(v1::PutBlocksRequest& req) {
     if (b->packed == nullptr) {
       b->packed_size = ns_->codec.packed_bytes();
       b->packed.reset(new uint8_t[b->packed_size]);  // not zero-filled: every byte is written
-      ctx_->budget->Take(b->packed_size);
-      held_bytes_ += b->packed_size;
+      // From the reservation where it has room (a whole-block one always has), else taken.
+      const uint64_t reserved = std::min<uint64_t>(b->packed_size, reserve_left_);
+      reserve_left_ -= reserved;
+      ctx_->budget->Take(b->packed_size - reserved);
+      held_bytes_ += b->packed_size - reserved;
       b->charge += b->packed_size;
     }
     FeedSections(b, std::move(data));
@@ -574,19 +630,37 @@ void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
   MaybeCommit();
   bool start_read = false;
   if (!reading_done_ && fatal_.ok() && !read_pending_ && ticket_ == 0 && !finished_) {
-    if (held_bytes_ >= kStreamWindowBytes) {
+    if (whole_reserve_ && current_ != nullptr) {
+      read_pending_ = true;  // the rest of the block is reserved
+      start_read = true;
+    } else if (declared_blocks_.has_value() && results_.size() >= *declared_blocks_ &&
+               current_ == nullptr) {
+      read_pending_ = true;  // every declared block is in: only the end of the stream comes
+      start_read = true;
+    } else if (held_bytes_ >= kStreamWindowBytes && current_ == nullptr) {
+      // Between blocks only: a block is read to its end whatever its size (at most
+      // --max-block-bytes), since only whole blocks are committed and resume a paused stream.
       paused_ = true;  // a commit resumes reading
     } else {
       paused_ = false;
+      // Between blocks of a stream whose namespace is known up front: the next block whole
+      // (a block larger than the budget waits until nothing else is in flight, then runs
+      // alone). Otherwise one message's worth.
+      const bool whole = block_reserve_bytes_ != 0 && current_ == nullptr;
+      const uint64_t want = whole ? block_reserve_bytes_ : kReadReserveBytes;
       const ByteBudget::Ticket t = ctx_->budget->Acquire(
-          kReadReserveBytes, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
+          want, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
           [self = Ref(this)](const absl::Status& status) { self->OnBudget(status); });
       if (t == 0) {
-        held_bytes_ += kReadReserveBytes;
+        held_bytes_ += want;
+        reserve_left_ = want;
+        whole_reserve_ = whole;
         read_pending_ = true;
         start_read = true;
       } else {
         ticket_ = t;
+        ticket_bytes_ = want;
+        ticket_whole_ = whole;
       }
     }
   }
@@ -599,6 +673,8 @@ void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
     current_.reset();
     to_release_ += held_bytes_;
     held_bytes_ = 0;
+    reserve_left_ = 0;
+    whole_reserve_ = false;
   }
   const uint64_t release = to_release_;
   to_release_ = 0;

@@ -17,7 +17,10 @@
 //
 // Memory: every chunk is charged to the server-wide in-flight budget (ServiceContext::budget)
 // before it is read, and released when its block is committed or dropped; buffers grow with
-// the bytes received, never with what a client declares. A stream also stops reading while it
+// the bytes received, never with what a client declares. A call whose metadata names its
+// namespace (turbokv-namespace-id, and turbokv-block-count) reserves each block whole (raw +
+// packed) before reading its first chunk, so it never waits for budget holding part of a
+// block (put_blocks_reactor.cc; docs/server.md). A stream also stops reading while it
 // holds kStreamWindowBytes. A stream that cannot get budget within
 // limits.admission_timeout_ms fails with RESOURCE_EXHAUSTED.
 //
@@ -125,6 +128,13 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   std::vector<v1::BlockResult> results_;
   uint64_t held_bytes_ = 0;        // budget bytes this stream holds
   uint64_t reserve_left_ = 0;      // of the read reservation, not yet given to a block
+  // The namespace came in the call's metadata: each block's raw + packed bytes are reserved
+  // before its first chunk is read (0: one message's worth before each read).
+  uint64_t block_reserve_bytes_ = 0;
+  bool whole_reserve_ = false;     // reserve_left_ is the rest of a whole-block reservation
+  std::optional<uint64_t> declared_blocks_;  // turbokv-block-count, with the namespace id
+  uint64_t ticket_bytes_ = 0;      // what ticket_ waits for
+  bool ticket_whole_ = false;      // ticket_ is a whole-block reservation
   uint64_t to_release_ = 0;        // budget bytes to give back (outside mu_)
   ByteBudget::Ticket ticket_ = 0;  // waiting for budget
   int tasks_ = 0;                  // pool tasks in flight (encode, validate, commit)
