@@ -536,7 +536,13 @@ class Client(AsyncCalls):
                                               encoding=encoding, block_bytes=n, offset=off,
                                               data=bytes(view[off:off + chunk]))
 
-        resp = self._call(lambda t: self._stub.PutBlocks(requests(), timeout=t), deadline)
+        # The namespace and block count up front: the server reserves each block whole before
+        # reading it, so concurrent puts queue for its in-flight budget instead of each
+        # holding part of a block.
+        metadata = (("turbokv-namespace-id", "%016x" % ns_id),
+                    ("turbokv-block-count", str(len(payloads))))
+        resp = self._call(lambda t: self._stub.PutBlocks(requests(), timeout=t,
+                                                         metadata=metadata), deadline)
         if len(resp.results) != len(payloads):
             raise TurboKVError(StatusCode.INTERNAL, "PutBlocks returned %d results for "
                                "%d blocks" % (len(resp.results), len(payloads)))
