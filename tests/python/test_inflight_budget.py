@@ -40,10 +40,11 @@ def small_budget_server(tmp_path):
     s.stop()
 
 
-def _blocks(n, seed):
+def _blocks(n, seed, shape=SHAPE):
+    """n random fp16 blocks [L][2][block_tokens][H][D] of `shape`."""
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal((SHAPE["num_layers"], 2, SHAPE["block_tokens"],
-                                 SHAPE["num_kv_heads"], SHAPE["head_dim"])).astype(np.float16)
+    return [rng.standard_normal((shape["num_layers"], 2, shape["block_tokens"],
+                                 shape["num_kv_heads"], shape["head_dim"])).astype(np.float16)
             for _ in range(n)]
 
 
@@ -80,9 +81,7 @@ def test_a_block_larger_than_the_budget_goes_through_alone(small_budget_server):
         shape = dict(SHAPE, block_tokens=32)
         ns = client.register_namespace("budget-test-big", preset="k4v4-g32", **shape)
         assert ns.raw_block_bytes == 4 << 20
-        rng = np.random.default_rng(2)
-        block = rng.standard_normal((shape["num_layers"], 2, 32, shape["num_kv_heads"],
-                                     shape["head_dim"])).astype(np.float16)
+        (block,) = _blocks(1, seed=2, shape=shape)
         r = client.put_blocks(ns.namespace_id, [os.urandom(32)], [block], timeout=30)
         assert r[0].code == StatusCode.OK, r
     finally:
@@ -160,9 +159,7 @@ def test_one_block_larger_than_the_stream_window_is_stored(tmp_path, with_metada
         shape = dict(SHAPE, block_tokens=512)
         ns = client.register_namespace("budget-test-window", preset="k4v4-g32", **shape)
         assert ns.raw_block_bytes == 64 << 20
-        rng = np.random.default_rng(4)
-        block = rng.standard_normal((shape["num_layers"], 2, 512, shape["num_kv_heads"],
-                                     shape["head_dim"])).astype(np.float16)
+        (block,) = _blocks(1, seed=4, shape=shape)
         h = os.urandom(32)
         if with_metadata:
             r = client.put_blocks(ns.namespace_id, [h], [block], timeout=60)
