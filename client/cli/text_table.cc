@@ -11,6 +11,26 @@ namespace turbokv::cli {
 
 void TextTable::AddRow(std::vector<std::string> cells) {
   cells.resize(columns_.size());
+  for (std::string& cell : cells) {
+    // Control bytes as \xNN: a name another tenant registered cannot move the cursor or
+    // recolour the terminal of whoever lists it.
+    if (std::none_of(cell.begin(), cell.end(), [](char ch) {
+          const auto u = static_cast<unsigned char>(ch);
+          return u < 0x20 || u == 0x7f;
+        })) {
+      continue;
+    }
+    std::string shown;
+    for (char ch : cell) {
+      const auto u = static_cast<unsigned char>(ch);
+      if (u < 0x20 || u == 0x7f) {
+        absl::StrAppendFormat(&shown, "\\x%02x", u);
+      } else {
+        shown.push_back(ch);
+      }
+    }
+    cell = std::move(shown);
+  }
   rows_.push_back(std::move(cells));
 }
 

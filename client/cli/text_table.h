@@ -22,7 +22,8 @@ class TextTable {
 
   explicit TextTable(std::vector<Column> columns) : columns_(std::move(columns)) {}
 
-  // One row; missing cells are empty, cells beyond the columns are dropped.
+  // One row; missing cells are empty, cells beyond the columns are dropped; control bytes
+  // (below 0x20, and 0x7f) are shown as \xNN.
   void AddRow(std::vector<std::string> cells);
   size_t rows() const { return rows_.size(); }
 

@@ -31,6 +31,14 @@ TEST(TextTableTest, MissingCellsAreEmptyAndExtraOnesDropped) {
   EXPECT_EQ(TextTable({{"ONLY"}}).Render(), "ONLY\n");
 }
 
+TEST(TextTableTest, ControlBytesAreShownEscaped) {
+  TextTable t({{"MODEL"}});
+  t.AddRow({std::string("a\0b\x1b[31mc\x7f", 10)});
+  EXPECT_EQ(t.Render(),
+            "MODEL\n"
+            "a\\x00b\\x1b[31mc\\x7f\n");
+}
+
 TEST(TextTableTest, HumanBytes) {
   EXPECT_EQ(HumanBytes(0), "0 B");
   EXPECT_EQ(HumanBytes(1023), "1023 B");
