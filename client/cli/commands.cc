@@ -469,6 +469,14 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
       .Add("compression_ratio", s.stored_bytes ? double(s.logical_bytes) / s.stored_bytes : 0.0)
       .Add("evicted_blocks", s.evicted_blocks)
       .Add("checksum_failures", s.checksum_failures);
+  // Over several servers, the figures are sums over the nodes that answered: say which did not.
+  std::vector<std::string> unanswered;
+  for (const auto& [node, status] : s.unanswered_nodes) {
+    std::cerr << "turbokv: warning: node " << node << " did not answer ("
+              << status.ToString() << "); the figures leave it out\n";
+    unanswered.push_back(JsonObject().Add("node", node).Add("error", status.ToString()).Dump());
+  }
+  if (!unanswered.empty()) o.AddRawArray("unanswered_nodes", unanswered);
   if (!g.json) {
     // The server's figures as "key: value" lines, then the namespaces as a table.
     Emit(g, o);

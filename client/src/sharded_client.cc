@@ -534,6 +534,7 @@ absl::StatusOr<ServerStats> ShardedClient::Stats(const CallOptions& call) const 
     errors.push_back(r.status());
     if (!r.ok()) {
       if (!IsNodeFailure(r.status())) return r.status();
+      out.unanswered_nodes.emplace_back(node, r.status());
       continue;
     }
     out.capacity_bytes += r->capacity_bytes;

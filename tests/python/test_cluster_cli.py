@@ -68,5 +68,13 @@ def test_cli_over_three_nodes(cluster, tmp_path, replicas):  # noqa: F811
             want = len(chain)
         assert lk["matched_blocks"] == want
         assert py.lookup(ns_id, chain).matched_blocks == want
+        # stats still answers, from the live nodes, and names the one that did not.
+        p = subprocess.run([find_cli_binary(), "--server", spec, "--timeout", "20", "--json",
+                            "stats"], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        st = json.loads(p.stdout.strip().splitlines()[-1])
+        assert [u["node"] for u in st["unanswered_nodes"]] == [dead.address], st
+        assert "UNAVAILABLE" in st["unanswered_nodes"][0]["error"]
+        assert "node %s did not answer" % dead.address in p.stderr, p.stderr
     finally:
         py.close()

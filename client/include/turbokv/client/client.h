@@ -36,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -171,6 +172,9 @@ struct ServerStats {
   std::string durability;     // "none", "wal", "fsync"
   std::vector<NamespaceStats> namespaces;
   std::string version;
+  // ShardedClient::Stats: the nodes that did not answer, as {address, status}; their figures
+  // are missing from the sums above. Empty from a single-server Client.
+  std::vector<std::pair<std::string, absl::Status>> unanswered_nodes;
 };
 
 // Client configuration. Every field has a default; Validate() checks ranges.
