@@ -144,6 +144,11 @@ PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
   HandedToGrpc(this);
 }
 
+bool PutBlocksReactor::AllDeclaredBlocksIn() const {
+  return declared_blocks_.has_value() && results_.size() >= *declared_blocks_ &&
+         current_ == nullptr;
+}
+
 bool PutBlocksReactor::Abandoned() const {
   return abandoned_.load() || std::chrono::system_clock::now() > deadline_;
 }
@@ -162,8 +167,7 @@ void PutBlocksReactor::OnReadDone(bool ok) {
                                 "; the block was not stored")));
         current_.reset();
       }
-    } else if (declared_blocks_.has_value() && results_.size() >= *declared_blocks_ &&
-               current_ == nullptr &&
+    } else if (AllDeclaredBlocksIn() &&
                !(request_.offset() != 0 && skip_hash_.has_value() &&
                  request_.block_hash() == *skip_hash_)) {
       // (The rest of a refused last block is dropped by HandleMessage.) Read without a
@@ -633,8 +637,7 @@ void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
     if (whole_reserve_ && current_ != nullptr) {
       read_pending_ = true;  // the rest of the block is reserved
       start_read = true;
-    } else if (declared_blocks_.has_value() && results_.size() >= *declared_blocks_ &&
-               current_ == nullptr) {
+    } else if (AllDeclaredBlocksIn()) {
       read_pending_ = true;  // every declared block is in: only the end of the stream comes
       start_read = true;
     } else if (held_bytes_ >= kStreamWindowBytes && current_ == nullptr) {

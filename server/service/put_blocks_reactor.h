@@ -100,6 +100,9 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   // pauses, finishes the call once nothing is in flight, and releases budget. Unlocks `l`.
   void Settle(std::unique_lock<std::mutex>& l);
   void FinishNow();  // without mu_, once
+  // turbokv-block-count was given and every block it declared has been read whole (or
+  // refused): only the end of the stream may come.
+  bool AllDeclaredBlocksIn() const;
 
   // Without mu_.
   void OnBudget(const absl::Status& status);
