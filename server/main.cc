@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       turbokv::server::FormatByteSizeFlag(options.limits.max_codec_setup_bytes);
   std::string max_in_flight_bytes =
       turbokv::server::FormatByteSizeFlag(options.limits.max_in_flight_bytes);
-  std::string blob_cache = turbokv::server::FormatByteSizeFlag(options.storage.blob_cache_bytes);
+  std::string segment_bytes = turbokv::server::FormatByteSizeFlag(options.storage.segment_bytes);
   std::string default_tenant_quota =
       turbokv::server::FormatByteSizeFlag(options.auth.default_tenant_quota_bytes);
 
@@ -106,21 +106,28 @@ int main(int argc, char** argv) {
       "(second line, when metrics are enabled). A file left at this path is removed at start-up "
       "(an unwritable path fails the start at once), and the file is removed on a clean "
       "shutdown");
-  add("--data-dir", options.storage.data_dir, "RocksDB directory (created when missing)");
+  add("--data-dir", options.storage.data_dir,
+      "Data directory (created when missing): the value log of packed blocks in values/, and "
+      "the RocksDB of their metadata; its filesystem must deallocate file ranges (ext4, XFS, "
+      "btrfs, tmpfs, f2fs, NFS 4.2)");
   add("--metrics-listen", options.metrics.listen_address,
       "Prometheus /metrics address HOST:PORT; port 0 picks a free port; \"\" disables");
   add("--capacity", capacity,
-      "Hard budget on used bytes (packed values, keys, metadata): plain bytes or with a unit "
-      "(KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 10GiB");
+      "Hard budget on the data directory's bytes (the value log's page-aligned records of "
+      "packed blocks and RocksDB's metadata files; only the disk reserve comes on top): plain "
+      "bytes or with a unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 10GiB");
   add("--high-watermark", options.storage.high_watermark,
       "Evict when a put would exceed this fraction of --capacity")
       ->check(CLI::Range(0.01, 1.0));
   add("--low-watermark", options.storage.low_watermark,
-      "Evict least recently used, unleased blocks down to this fraction")
+      "Evict the eviction policy's least valuable unleased blocks down to this fraction")
       ->check(CLI::Range(0.01, 1.0));
-  add("--blob-cache", blob_cache,
-      "RocksDB blob cache of the blocks (memory, at most --capacity): blocks a flush writes "
-      "and blocks read from disk stay in it, so recent blocks are read from memory; 0 = none");
+  add("--eviction-policy", options.storage.eviction_policy,
+      "Which blocks go first when the store is full: chain (knows the prefix tree: a chain's "
+      "tail before its head, blocks many chains share last; docs/cache.md) or lru")
+      ->check(CLI::IsMember({"chain", "lru"}));
+  add("--segment-bytes", segment_bytes,
+      "Size at which a value-log segment file is closed and the next one started (1MiB..4GiB)");
   add("--durability", durability,
       "none: WAL off; wal: WAL, no fsync (survives a process crash); fsync: WAL fsync'ed before "
       "every ack")
@@ -214,7 +221,7 @@ int main(int argc, char** argv) {
                                                          &options.limits.max_block_bytes},
         {"--max-codec-setup-bytes", &max_codec_setup_bytes, &options.limits.max_codec_setup_bytes},
         {"--max-in-flight-bytes", &max_in_flight_bytes, &options.limits.max_in_flight_bytes},
-        {"--blob-cache", &blob_cache, &options.storage.blob_cache_bytes},
+        {"--segment-bytes", &segment_bytes, &options.storage.segment_bytes},
         {"--default-tenant-quota", &default_tenant_quota,
          &options.auth.default_tenant_quota_bytes}}) {
     auto bytes = turbokv::server::ParseByteSize(*text);

@@ -54,7 +54,7 @@ void WarnAboutCapacity(const StorageOptions& options, const StoreStats& stored,
   struct statvfs fs {};
   if (statvfs(options.data_dir.c_str(), &fs) == 0) {
     const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-    const uint64_t on_disk = db.sst_bytes + db.blob_bytes;
+    const uint64_t on_disk = db.sst_bytes + db.value_log_bytes;
     if (options.capacity_bytes > free_bytes + on_disk) {
       spdlog::warn(
           "--capacity {} is more than the {} the data dir's filesystem can hold ({} free plus "

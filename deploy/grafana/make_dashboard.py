@@ -116,12 +116,12 @@ def panels():
         panel(18, "Budget used", "timeseries", (0, 49, 8, 8), [
             ('turbokv_used_bytes{%s} / turbokv_capacity_bytes{%s}' % (SEL, SEL),
              "{{instance}}"),
-        ], unit="percentunit", description="Eviction starts at the high watermark (default 95%)."),
+        ], unit="percentunit", description="Eviction starts at the high watermark (default 98%)."),
         panel(19, "Used bytes and capacity", "timeseries", (8, 49, 8, 8), [
             ('sum(turbokv_used_bytes{%s})' % SEL, "used (values, keys, metadata)"),
             ('sum(turbokv_capacity_bytes{%s})' % SEL, "capacity"),
-            ('sum(turbokv_rocksdb_sst_bytes{%s}) + sum(turbokv_rocksdb_blob_bytes{%s})'
-             % (SEL, SEL), "RocksDB files"),
+            ('sum(turbokv_value_log_bytes{%s})' % SEL, "value log"),
+            ('sum(turbokv_rocksdb_sst_bytes{%s})' % SEL, "RocksDB SSTs (metadata)"),
             ('sum(turbokv_rocksdb_pending_compaction_bytes{%s})' % SEL, "pending compaction"),
         ], unit="bytes"),
         panel(20, "Evictions and expirations", "timeseries", (16, 49, 8, 8), [

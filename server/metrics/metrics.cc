@@ -137,9 +137,12 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
                              "turbokv_logical_bytes / turbokv_stored_bytes (0 when empty)");
   namespaces_ = gauge("turbokv_namespaces", "Registered namespaces");
   rocksdb_sst_bytes_ = gauge("turbokv_rocksdb_sst_bytes", "RocksDB SST files, all column families");
-  rocksdb_blob_bytes_ = gauge("turbokv_rocksdb_blob_bytes", "RocksDB blob files (BlobDB)");
-  rocksdb_blob_cache_bytes_ = gauge("turbokv_rocksdb_blob_cache_bytes",
-                                    "Bytes in RocksDB's blob cache (--blob-cache)");
+  value_log_bytes_ = gauge("turbokv_value_log_bytes",
+                           "Allocated bytes of the value log's segment files (live records; "
+                           "an evicted or deleted block's pages are deallocated at once)");
+  value_log_segments_ = gauge("turbokv_value_log_segments", "Value-log segment files");
+  index_memory_bytes_ = gauge("turbokv_index_memory_bytes",
+                              "Memory of the in-memory block index and the eviction policy");
   rocksdb_pending_compaction_bytes_ =
       gauge("turbokv_rocksdb_pending_compaction_bytes", "RocksDB estimated pending compaction");
   evictions_ = counter("turbokv_evictions_total", "Blocks evicted to stay under capacity");
@@ -168,8 +171,8 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   repair_dropped_blocks_ = gauge("turbokv_repair_dropped_blocks",
                                  "Blocks the repair of a damaged data directory dropped at start");
   disk_bytes_ = gauge("turbokv_disk_bytes",
-                      "Bytes of all files in the data directory: SST, blob, WAL, info LOG, "
-                      "MANIFEST, RESERVE (eviction counts the SST, blob and WAL part)");
+                      "Allocated bytes of all files in the data directory: the value log, "
+                      "RocksDB's files, RESERVE (--capacity bounds all but RESERVE)");
   write_resumes_ = counter("turbokv_write_resumes_total",
                            "RocksDB write resumptions after a background error (a full disk)");
   capacity_bytes_->Set(static_cast<double>(capacity_bytes));
@@ -254,8 +257,9 @@ void Metrics::UpdateStore(const StoreStats& stats, const DbStats& db) {
                                                        static_cast<double>(stats.value_bytes));
   namespaces_->Set(static_cast<double>(stats.namespaces.size()));
   rocksdb_sst_bytes_->Set(static_cast<double>(db.sst_bytes));
-  rocksdb_blob_bytes_->Set(static_cast<double>(db.blob_bytes));
-  rocksdb_blob_cache_bytes_->Set(static_cast<double>(db.blob_cache_bytes));
+  value_log_bytes_->Set(static_cast<double>(db.value_log_bytes));
+  value_log_segments_->Set(static_cast<double>(db.value_log_segments));
+  index_memory_bytes_->Set(static_cast<double>(db.index_memory_bytes));
   rocksdb_pending_compaction_bytes_->Set(static_cast<double>(db.pending_compaction_bytes));
   repair_access_->Set(stats.repair.access_rebuilt ? 1 : 0);
   repair_namespaces_->Set(stats.repair.namespaces_rebuilt ? 1 : 0);

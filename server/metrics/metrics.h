@@ -121,8 +121,9 @@ class Metrics {
   prometheus::Gauge* compression_ratio_;
   prometheus::Gauge* namespaces_;
   prometheus::Gauge* rocksdb_sst_bytes_;
-  prometheus::Gauge* rocksdb_blob_bytes_;
-  prometheus::Gauge* rocksdb_blob_cache_bytes_;
+  prometheus::Gauge* value_log_bytes_;
+  prometheus::Gauge* value_log_segments_;
+  prometheus::Gauge* index_memory_bytes_;
   prometheus::Gauge* rocksdb_pending_compaction_bytes_;
   prometheus::Counter* evictions_;
   prometheus::Counter* evicted_bytes_;

@@ -1,145 +1,116 @@
 #include "server/storage/block_index.h"
 
-#include <algorithm>
-#include <iterator>
+#include <cstring>
 #include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/string_view.h"
 
 namespace turbokv::server {
 
-void BlockIndex::Account(const IndexEntry& e, bool add) {
-  NamespaceUsage& u = usage_[e.namespace_id];
-  if (add) {
-    used_bytes_ += e.charge;
-    value_bytes_ += e.value_bytes;
-    u.blocks += 1;
-    u.value_bytes += e.value_bytes;
-    u.charge += e.charge;
-  } else {
-    used_bytes_ -= e.charge;
-    value_bytes_ -= e.value_bytes;
-    u.blocks -= 1;
-    u.value_bytes -= e.value_bytes;
-    u.charge -= e.charge;
-    if (u.blocks == 0) usage_.erase(e.namespace_id);
+BlockIndex::BlockIndex() : keys_(0, SlotHash{this}, SlotEq{this}) {}
+
+size_t BlockIndex::SlotHash::operator()(uint32_t slot) const {
+  const BlockEntry& e = index->at(slot);
+  return (*this)(KeyRef{e.namespace_slot, e.hash_view()});
+}
+
+size_t BlockIndex::SlotHash::operator()(const KeyRef& key) const {
+  return absl::Hash<std::pair<uint32_t, absl::string_view>>{}(
+      {key.namespace_slot, absl::string_view(key.hash.data(), key.hash.size())});
+}
+
+bool BlockIndex::SlotEq::operator()(uint32_t a, const KeyRef& b) const {
+  const BlockEntry& e = index->at(a);
+  return e.namespace_slot == b.namespace_slot && e.hash_view() == b.hash;
+}
+
+uint32_t BlockIndex::NamespaceSlot(uint64_t namespace_id) {
+  auto [it, inserted] =
+      namespace_slots_.try_emplace(namespace_id, static_cast<uint32_t>(namespace_ids_.size()));
+  if (inserted) namespace_ids_.push_back(namespace_id);
+  return it->second;
+}
+
+uint32_t BlockIndex::FindNamespaceSlot(uint64_t namespace_id) const {
+  auto it = namespace_slots_.find(namespace_id);
+  return it == namespace_slots_.end() ? kNoSlot : it->second;
+}
+
+uint32_t BlockIndex::Find(uint64_t namespace_id, std::string_view hash) const {
+  const uint32_t ns = FindNamespaceSlot(namespace_id);
+  if (ns == kNoSlot || hash.size() > sizeof(BlockEntry::hash)) return kNoSlot;
+  auto it = keys_.find(KeyRef{ns, hash});
+  return it == keys_.end() ? kNoSlot : *it;
+}
+
+uint32_t BlockIndex::AllocateSlot() {
+  if (!free_slots_.empty()) {
+    const uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
   }
-}
-
-void BlockIndex::Unqueue(const IndexEntry& e) {
-  if (e.expire_at != 0) expiry_.erase({e.expire_at, std::string_view(e.key)});
-}
-
-std::list<IndexEntry>::iterator BlockIndex::PositionFor(std::string_view below) {
-  if (below.empty()) return lru_.end();
-  auto it = map_.find(below);
-  return it == map_.end() ? lru_.begin() : it->second;
-}
-
-void BlockIndex::Upsert(IndexEntry entry, std::string_view below) {
-  auto it = map_.find(entry.key);
-  if (it != map_.end()) {
-    entry.lease_until = std::max(entry.lease_until, it->second->lease_until);
-    Unqueue(*it->second);
-    Account(*it->second, /*add=*/false);
-    lru_.erase(it->second);
-    map_.erase(it);
+  const uint32_t slot = slot_limit_++;
+  if ((slot >> kChunkBits) >= chunks_.size()) {
+    chunks_.push_back(std::make_unique<BlockEntry[]>(size_t{1} << kChunkBits));
   }
-  if (below == entry.key) below = {};
-  auto node = lru_.insert(PositionFor(below), std::move(entry));
-  map_.emplace(std::string_view(node->key), node);
-  if (node->expire_at != 0) expiry_.emplace(node->expire_at, std::string_view(node->key));
-  Account(*node, /*add=*/true);
+  return slot;
 }
 
-void BlockIndex::SetExpiry(IndexEntry* entry, int64_t expire_at) {
-  if (entry->expire_at == expire_at) return;
-  Unqueue(*entry);
-  entry->expire_at = expire_at;
-  if (expire_at != 0) expiry_.emplace(expire_at, std::string_view(entry->key));
+uint32_t BlockIndex::Insert(uint64_t namespace_id, std::string_view hash, uint64_t sequence,
+                            const RecordLocation& location, uint32_t last_access) {
+  const uint32_t slot = AllocateSlot();
+  BlockEntry& e = at(slot);
+  e.sequence = sequence;
+  e.namespace_slot = NamespaceSlot(namespace_id);
+  e.last_access = last_access;
+  e.location = location;
+  e.location.hash_bytes = static_cast<uint8_t>(hash.size());
+  std::memcpy(e.hash, hash.data(), hash.size());
+  keys_.insert(slot);
+  const uint64_t charge = BlockCharge(e.location);
+  NamespaceUsage& u = usage_[namespace_id];
+  u.blocks += 1;
+  u.value_bytes += location.value_bytes;
+  u.charge += charge;
+  used_bytes_ += charge;
+  value_bytes_ += location.value_bytes;
+  blocks_ += 1;
+  return slot;
 }
 
-std::vector<std::string> BlockIndex::DueForExpiry(int64_t now, size_t max) const {
-  std::vector<std::string> out;
-  for (auto it = expiry_.begin(); it != expiry_.end() && it->first <= now && out.size() < max;
-       ++it) {
-    out.emplace_back(it->second);
+void BlockIndex::Erase(uint32_t slot) {
+  BlockEntry& e = at(slot);
+  keys_.erase(slot);
+  const uint64_t namespace_id = NamespaceId(e.namespace_slot);
+  const uint64_t charge = BlockCharge(e.location);
+  auto it = usage_.find(namespace_id);
+  it->second.blocks -= 1;
+  it->second.value_bytes -= e.location.value_bytes;
+  it->second.charge -= charge;
+  if (it->second.blocks == 0) usage_.erase(it);
+  used_bytes_ -= charge;
+  value_bytes_ -= e.location.value_bytes;
+  blocks_ -= 1;
+  e.sequence = 0;
+  free_slots_.push_back(slot);
+}
+
+std::vector<uint32_t> BlockIndex::SlotsOf(uint64_t namespace_id) const {
+  std::vector<uint32_t> out;
+  const uint32_t ns = FindNamespaceSlot(namespace_id);
+  if (ns == kNoSlot) return out;
+  for (uint32_t slot = 0; slot < slot_limit_; ++slot) {
+    const BlockEntry& e = at(slot);
+    if (e.sequence != 0 && e.namespace_slot == ns) out.push_back(slot);
   }
   return out;
 }
 
-IndexEntry* BlockIndex::Find(std::string_view key) {
-  auto it = map_.find(key);
-  return it == map_.end() ? nullptr : &*it->second;
-}
-
-const IndexEntry* BlockIndex::Find(std::string_view key) const {
-  auto it = map_.find(key);
-  return it == map_.end() ? nullptr : &*it->second;
-}
-
-void BlockIndex::Touch(IndexEntry* entry, std::string_view below) {
-  auto it = map_.find(entry->key);
-  if (it == map_.end() || below == entry->key) return;
-  auto pos = PositionFor(below);
-  if (pos == it->second) return;
-  lru_.splice(pos, lru_, it->second);
-}
-
-bool BlockIndex::Erase(std::string_view key) {
-  auto it = map_.find(key);
-  if (it == map_.end()) return false;
-  auto node = it->second;
-  map_.erase(it);
-  Unqueue(*node);
-  Account(*node, /*add=*/false);
-  lru_.erase(node);
-  return true;
-}
-
-std::vector<IndexEntry> BlockIndex::TakeVictims(uint64_t bytes_to_free, int64_t now,
-                                                const absl::flat_hash_set<std::string>& exclude,
-                                                uint64_t keep_call) {
-  std::vector<IndexEntry> victims;
-  uint64_t freed = 0;
-  for (auto it = lru_.begin(); it != lru_.end() && freed < bytes_to_free;) {
-    if (it->lease_until > now || exclude.contains(it->key) ||
-        (keep_call != 0 && RecencyCall(it->recency) == keep_call)) {
-      ++it;
-      continue;
-    }
-    auto next = std::next(it);
-    freed += it->charge;
-    map_.erase(std::string_view(it->key));
-    Unqueue(*it);
-    Account(*it, /*add=*/false);
-    victims.push_back(std::move(*it));
-    lru_.erase(it);
-    it = next;
-  }
-  return victims;
-}
-
-void BlockIndex::Restore(std::vector<IndexEntry> victims) {
-  for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
-    if (map_.contains(it->key)) continue;  // re-put meanwhile: the newer entry wins
-    lru_.push_front(std::move(*it));
-    map_.emplace(std::string_view(lru_.front().key), lru_.begin());
-    if (lru_.front().expire_at != 0) {
-      expiry_.emplace(lru_.front().expire_at, std::string_view(lru_.front().key));
-    }
-    Account(lru_.front(), /*add=*/true);
-  }
-}
-
-uint64_t BlockIndex::EvictableBytes(int64_t now) const {
-  uint64_t bytes = 0;
-  for (const IndexEntry& e : lru_) {
-    if (e.lease_until <= now) bytes += e.charge;
-  }
-  return bytes;
-}
-
-std::vector<IndexEntry> BlockIndex::EntriesOf(uint64_t namespace_id) const {
-  return Select([namespace_id](const IndexEntry& e) { return e.namespace_id == namespace_id; });
+uint64_t BlockIndex::MemoryBytes() const {
+  return chunks_.size() * (sizeof(BlockEntry) << kChunkBits) +
+         free_slots_.capacity() * sizeof(uint32_t) +
+         keys_.capacity() * (sizeof(uint32_t) + 1);  // slots + one control byte each
 }
 
 }  // namespace turbokv::server

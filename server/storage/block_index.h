@@ -1,53 +1,51 @@
-// In-memory index of every stored block: existence, size, recency (an exact LRU list), leases,
-// an expiry queue (blocks of namespaces with a TTL, ordered by when they expire) and
-// per-namespace accounting. The store rebuilds it on open from its metadata column families,
-// so Lookup and Stats never touch RocksDB, and expiry never scans the whole index.
+// In-memory index of every stored block: its key, where its value lives in the value log, its
+// write sequence and last access; per-namespace and total accounting. Rebuilt on open from
+// block_meta, so Lookup and Stats never touch RocksDB.
+//
+// Blocks are numbered by dense slots (uint32), which the eviction policy (eviction_policy.h)
+// and the store's side tables (leases, expiry) use as handles. A slot is valid from Insert to
+// Erase; Erase frees it for reuse.
+//
+// Memory: 64 bytes an entry (the key inline: block hashes are at most 32 bytes), kept in
+// chunks of 64 Ki entries (no reallocation copies a 10M-block index), plus 5 to 10 bytes an
+// entry of the hash set that maps keys to slots (absl::flat_hash_set of slot numbers, looked
+// up by key through the entries themselves).
 //
 // Not thread-safe: BlockStore guards it with its mutex.
 #ifndef TURBOKV_SERVER_STORAGE_BLOCK_INDEX_H_
 #define TURBOKV_SERVER_STORAGE_BLOCK_INDEX_H_
 
 #include <cstdint>
-#include <list>
-#include <set>
-#include <string>
+#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "server/storage/eviction_policy.h"
+#include "server/storage/value_log.h"
 
 namespace turbokv::server {
 
-struct IndexEntry {
-  std::string key;  // storage key: 8-byte big-endian namespace id || block hash
-  uint64_t namespace_id = 0;
-  uint64_t value_bytes = 0;  // packed block bytes
-  uint64_t charge = 0;       // bytes counted against the capacity (value + keys + metadata)
-  int64_t last_access = 0;   // unix seconds of the last put or get (TTL; persisted)
-  int64_t lease_until = 0;   // unix seconds; the block is not evictable while now < lease_until
-  // Unix seconds at which the block expires: max(last_access + ttl, lease_until) for a
-  // namespace with a TTL, 0 = never. Kept by the store through SetExpiry, which keeps the
-  // expiry queue in order.
-  int64_t expire_at = 0;
-  // The packed block's trailing checksum (xxHash3-64 of its bytes). A value read back for this
-  // key must end in it: that binds the stored bytes to their key. 0 = unknown (metadata
-  // written before the field existed).
-  uint64_t checksum = 0;
-  uint64_t version = 0;  // bumped by the store on every put of the key (detects races)
-  // Eviction order key, higher = more recently used (persisted with last_access): the store
-  // numbers each call that touches a chain and each block's position in it,
-  // (call << kRecencyIndexBits) - position, so a chain's later blocks rank just below its
-  // earlier ones and a restart rebuilds the same order (BlockStore::Open sorts by it).
-  uint64_t recency = 0;
-};
-
-// Bits of IndexEntry::recency that hold a block's position within its call.
-inline constexpr int kRecencyIndexBits = 20;
-// The call number a recency key belongs to: (call << kRecencyIndexBits) - position, rounded up.
-inline uint64_t RecencyCall(uint64_t recency) {
-  return (recency + (uint64_t{1} << kRecencyIndexBits) - 1) >> kRecencyIndexBits;
+// Bytes a block counts against the capacity: its value-log record (whole pages) and an
+// estimate of its metadata in RocksDB (its key in block_meta and access, their values, and
+// RocksDB's per-entry overhead). What RocksDB really holds beyond these estimates is measured
+// and counted on top (BlockStore's disk overhead).
+inline uint64_t BlockCharge(const RecordLocation& l) {
+  return RecordBytes(l) + 2 * (8 + uint64_t{l.hash_bytes}) + 96;
 }
+
+// One stored block. 64 bytes.
+struct BlockEntry {
+  uint64_t sequence = 0;        // write sequence of its value-log record (0: free slot)
+  uint32_t namespace_slot = 0;  // BlockIndex::NamespaceSlot of its namespace
+  uint32_t last_access = 0;     // unix seconds of the last put or get (TTL)
+  RecordLocation location;      // its value-log record (12 bytes + hash length)
+  char hash[32];                // block hash, location.hash_bytes of them
+
+  std::string_view hash_view() const { return std::string_view(hash, location.hash_bytes); }
+};
+static_assert(sizeof(BlockEntry) == 64, "BlockEntry is meant to stay at 64 bytes");
 
 struct NamespaceUsage {
   uint64_t blocks = 0;
@@ -57,69 +55,77 @@ struct NamespaceUsage {
 
 class BlockIndex {
  public:
-  BlockIndex() = default;
+  BlockIndex();
   BlockIndex(const BlockIndex&) = delete;
   BlockIndex& operator=(const BlockIndex&) = delete;
 
-  // Inserts `entry`, replacing an entry with the same key (whose lease is kept). Where it goes
-  // in the eviction order: `below` empty: the most recently used end; otherwise immediately
-  // less recently used than the entry with key `below` (the previous block of its chain), or
-  // the least recently used end when that entry is gone (a chain cut there cannot be matched
-  // past the cut, so what follows it goes first). O(1).
-  void Upsert(IndexEntry entry, std::string_view below = {});
-  // Null when absent. The pointer stays valid until the entry is erased.
-  IndexEntry* Find(std::string_view key);
-  const IndexEntry* Find(std::string_view key) const;
-  // Moves the entry to the most recently used end, or next to `below` as in Upsert. O(1).
-  void Touch(IndexEntry* entry, std::string_view below = {});
-  // Removes the entry; false when absent.
-  bool Erase(std::string_view key);
-  // Sets entry->expire_at (0 = never) and moves it in the expiry queue.
-  void SetExpiry(IndexEntry* entry, int64_t expire_at);
-  // Keys of up to `max` entries with 0 < expire_at <= now, soonest first.
-  std::vector<std::string> DueForExpiry(int64_t now, size_t max) const;
+  // A namespace's dense number (assigned on first use, kept while it has blocks or is held).
+  uint32_t NamespaceSlot(uint64_t namespace_id);
+  // kNoSlot when the namespace has no slot.
+  uint32_t FindNamespaceSlot(uint64_t namespace_id) const;
+  uint64_t NamespaceId(uint32_t namespace_slot) const { return namespace_ids_[namespace_slot]; }
 
-  // Removes and returns least recently used entries that are not leased at `now`, whose key
-  // is not in `exclude` and whose recency is not of call `keep_call` (0: none), until their
-  // charges add up to at least `bytes_to_free` or no candidate is left.
-  std::vector<IndexEntry> TakeVictims(uint64_t bytes_to_free, int64_t now,
-                                      const absl::flat_hash_set<std::string>& exclude,
-                                      uint64_t keep_call = 0);
-  // Puts entries taken by TakeVictims back at the least recently used end, in their order.
-  void Restore(std::vector<IndexEntry> victims);
-  // Charges of the entries TakeVictims could remove at `now`, ignoring exclusions. O(blocks).
-  uint64_t EvictableBytes(int64_t now) const;
+  // The slot holding (namespace, hash), or kNoSlot.
+  uint32_t Find(uint64_t namespace_id, std::string_view hash) const;
+  // Adds a block (its key must be absent); returns its slot.
+  uint32_t Insert(uint64_t namespace_id, std::string_view hash, uint64_t sequence,
+                  const RecordLocation& location, uint32_t last_access);
+  // Removes the block in `slot` (which must be in use) and frees the slot.
+  void Erase(uint32_t slot);
 
-  // Entries of a namespace (copies), any order.
-  std::vector<IndexEntry> EntriesOf(uint64_t namespace_id) const;
-  // Entries for which `pred` is true (copies), least recently used first.
-  template <typename Pred>
-  std::vector<IndexEntry> Select(Pred pred) const {
-    std::vector<IndexEntry> out;
-    for (const IndexEntry& e : lru_) {
-      if (pred(e)) out.push_back(e);
-    }
-    return out;
+  BlockEntry& at(uint32_t slot) { return chunks_[slot >> kChunkBits][slot & kChunkMask]; }
+  const BlockEntry& at(uint32_t slot) const {
+    return chunks_[slot >> kChunkBits][slot & kChunkMask];
   }
+  uint64_t namespace_id(uint32_t slot) const { return NamespaceId(at(slot).namespace_slot); }
+  uint64_t charge(uint32_t slot) const { return BlockCharge(at(slot).location); }
 
-  uint64_t used_bytes() const { return used_bytes_; }
-  uint64_t value_bytes() const { return value_bytes_; }
-  uint64_t blocks() const { return map_.size(); }
+  // Slots of a namespace's blocks (O(slots in use)).
+  std::vector<uint32_t> SlotsOf(uint64_t namespace_id) const;
+
+  uint64_t used_bytes() const { return used_bytes_; }    // sum of charges
+  uint64_t value_bytes() const { return value_bytes_; }  // sum of packed value bytes
+  uint64_t blocks() const { return blocks_; }
+  // One past the highest slot ever used (the range of slot numbers to size side tables by).
+  uint32_t slot_limit() const { return slot_limit_; }
   const absl::flat_hash_map<uint64_t, NamespaceUsage>& usage() const { return usage_; }
+  // Bytes this index holds in memory (entries, free list, the key set), for the scale benchmark.
+  uint64_t MemoryBytes() const;
 
  private:
-  void Account(const IndexEntry& e, bool add);
-  void Unqueue(const IndexEntry& e);  // removes e from expiry_ when queued
-  // Where Upsert/Touch place an entry: see Upsert.
-  std::list<IndexEntry>::iterator PositionFor(std::string_view below);
+  static constexpr int kChunkBits = 16;
+  static constexpr uint32_t kChunkMask = (1u << kChunkBits) - 1;
+  struct KeyRef {
+    uint32_t namespace_slot;
+    std::string_view hash;
+  };
+  // Hash and equality of slots by their keys, transparent to KeyRef lookups.
+  struct SlotHash {
+    using is_transparent = void;
+    const BlockIndex* index;
+    size_t operator()(uint32_t slot) const;
+    size_t operator()(const KeyRef& key) const;
+  };
+  struct SlotEq {
+    using is_transparent = void;
+    const BlockIndex* index;
+    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
+    bool operator()(uint32_t a, const KeyRef& b) const;
+    bool operator()(const KeyRef& a, uint32_t b) const { return (*this)(b, a); }
+  };
 
-  std::list<IndexEntry> lru_;  // front = least recently used
-  absl::flat_hash_map<std::string_view, std::list<IndexEntry>::iterator>
-      map_;  // views of lru_ keys
-  std::set<std::pair<int64_t, std::string_view>> expiry_;  // (expire_at, view of lru_ key)
+  uint32_t AllocateSlot();
+
+  std::vector<std::unique_ptr<BlockEntry[]>> chunks_;
+  std::vector<uint32_t> free_slots_;
+  uint32_t slot_limit_ = 0;
+  absl::flat_hash_set<uint32_t, SlotHash, SlotEq> keys_;
+  std::vector<uint64_t> namespace_ids_;  // by namespace slot
+  absl::flat_hash_map<uint64_t, uint32_t> namespace_slots_;
   absl::flat_hash_map<uint64_t, NamespaceUsage> usage_;
   uint64_t used_bytes_ = 0;
   uint64_t value_bytes_ = 0;
+  uint64_t blocks_ = 0;
 };
 
 }  // namespace turbokv::server

@@ -34,6 +34,14 @@ absl::Status StorageOptions::Validate() const {
         "storage watermarks must satisfy 0 < low_watermark <= high_watermark <= 1, got low ",
         low_watermark, " high ", high_watermark));
   }
+  if (segment_bytes < (uint64_t{1} << 20) || segment_bytes > (uint64_t{4} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage.segment_bytes must be in [1 MiB, 4 GiB], got ", segment_bytes));
+  }
+  if (eviction_policy != "chain" && eviction_policy != "lru") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage.eviction_policy \"", eviction_policy, "\" is not one of chain, lru"));
+  }
   if (maintenance_interval_ms < 0) {
     return absl::InvalidArgumentError("storage.maintenance_interval_ms must be >= 0");
   }

@@ -24,32 +24,30 @@ std::string_view DurabilityName(Durability durability);  // "none", "wal", "fsyn
 struct StorageOptions {
   // Directory of the embedded RocksDB; created when missing. Default: "./turbokv-data".
   std::string data_dir = "./turbokv-data";
-  // Hard budget on stored bytes (packed values plus keys and per-block metadata, as accounted
-  // by the store; RocksDB's own overhead and not-yet-collected blob garbage come on top).
-  // Default: 10 GiB.
+  // Hard budget on the data directory's bytes: the value log's records (packed blocks, each
+  // rounded up to whole 4 KiB pages) and RocksDB's data files (SST, WAL); only the disk
+  // reserve (disk_reserve_bytes) and RocksDB's bounded bookkeeping files (info LOG, MANIFEST:
+  // at most 13 MiB) come on top. Default: 10 GiB.
   uint64_t capacity_bytes = uint64_t{10} << 30;
-  // When a put would take the stored bytes above high_watermark * capacity, least recently
-  // used blocks without an active lease are evicted until they are at or below
-  // low_watermark * capacity. 0 < low <= high <= 1. Default: 0.95 and 0.90.
-  double high_watermark = 0.95;
-  double low_watermark = 0.90;
+  // When a put would take the bytes above high_watermark * capacity, the eviction policy's
+  // least valuable blocks without an active lease are evicted until they are at or below
+  // low_watermark * capacity. 0 < low <= high <= 1. Default: 0.98 and 0.97 (a value log gives
+  // an evicted block's space back at once, so the store can run close to full).
+  double high_watermark = 0.98;
+  double low_watermark = 0.97;
+  // Which blocks go first when the store is full (eviction_policy.h): "chain" (prefix-tree
+  // aware, the default) or "lru". Default: "chain".
+  std::string eviction_policy = "chain";
   // Default: kWal.
   Durability durability = Durability::kWal;
-  // Values at least this large go to RocksDB blob files (BlobDB), so compaction does not
-  // rewrite them. Default: 4096 bytes.
-  uint64_t min_blob_size = 4096;
   // Bytes preallocated in <data_dir>/RESERVE and released when the disk fills (so RocksDB can
   // resume and take deletions) and before every open (so replaying the WAL on a nearly full
-  // disk succeeds); at most 1/8 of the filesystem, taken again once the disk has 4x the
-  // reserve free. 0 disables it. Default: 64 MiB.
+  // disk succeeds); at most 1/64 of capacity_bytes and 1/8 of the filesystem, taken again once
+  // the disk has 4x the reserve free. 0 disables it. Default: 64 MiB.
   uint64_t disk_reserve_bytes = uint64_t{64} << 20;
-  // RocksDB blob cache (one LRU cache) of the blocks column family, in bytes: blocks are put
-  // into it when a flush writes them to a blob file (prepopulate_blob_cache = kFlushOnly) and
-  // when a read fetches them from one, so recently written or read blocks are served from
-  // memory (a PACKED GetBlocks of them runs on the calling thread, no hop to the I/O pool).
-  // Memory on top of the memtables, at most capacity_bytes (a larger cache could never fill);
-  // its use is turbokv_rocksdb_blob_cache_bytes. 0 disables it. Default: 64 MiB.
-  uint64_t blob_cache_bytes = uint64_t{64} << 20;
+  // Size at which a value-log segment file is closed and the next one started (value_log.h).
+  // Range [1 MiB, 4 GiB]. Default: 256 MiB.
+  uint64_t segment_bytes = uint64_t{256} << 20;
   // Period of the maintenance pass (TTL expiry, persisting batched access times), in
   // milliseconds. 0 disables the background thread (tests call RunMaintenance()).
   // Default: 1000.

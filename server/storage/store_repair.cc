@@ -17,8 +17,8 @@
 #include "rocksdb/metadata.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/write_batch.h"
-#include "server/storage/blob_file_reader.h"
-#include "server/storage/block_index.h"
+#include "server/storage/namespace_table.h"
+#include "server/storage/value_log.h"
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
 #include "turbokv/codec/status_macros.h"
@@ -29,14 +29,13 @@ namespace {
 namespace fs = std::filesystem;
 using format::CfIndex;
 
-constexpr char kBlobsAside[] = "salvage-blobs";
 constexpr char kFresh[] = "salvage-new";
 constexpr char kOld[] = "salvage-old";
 constexpr char kOldPartial[] = "salvage-old.tmp";
 constexpr char kDoneMarker[] = "SALVAGED";
 
 bool IsSalvageDir(const std::string& name) {
-  return name == kBlobsAside || name == kFresh || name == kOld || name == kOldPartial;
+  return name == kFresh || name == kOld || name == kOldPartial;
 }
 
 // An open database and its handles (CfIndex order); closed on destruction.
@@ -161,174 +160,168 @@ absl::Status MoveEntries(const fs::path& from, const fs::path& to,
 // The fresh database (salvage-new/, complete with its marker) replaces the old one. Every step
 // can be repeated after a crash: the old entries go to salvage-old.tmp, which becomes
 // salvage-old once all are there; then the fresh entries move up; then the rest is removed.
-absl::Status SwapInFreshDb(const fs::path& dir) {
+// `keep_old_as` (not empty): the old files are kept in that directory instead of removed.
+absl::Status SwapInFreshDb(const fs::path& dir, const std::string& keep_old_as = "") {
   std::error_code ec;
   if (!fs::exists(dir / kOld, ec)) {
     TURBOKV_RETURN_IF_ERROR(MoveEntries(dir, dir / kOldPartial,
                                         [](const std::string& n) {
-                                          return !IsSalvageDir(n) && n != format::kDirLockFile;
+                                          return !IsSalvageDir(n) && n != format::kDirLockFile &&
+                                                 n != format::kValuesDir;
                                         }));
     fs::rename(dir / kOldPartial, dir / kOld, ec);
     if (ec) return absl::UnavailableError(absl::StrCat("salvage swap: ", ec.message()));
   }
   TURBOKV_RETURN_IF_ERROR(
       MoveEntries(dir / kFresh, dir, [](const std::string& n) { return n != kDoneMarker; }));
+  if (!keep_old_as.empty()) fs::rename(dir / kOld, dir / keep_old_as, ec);
   fs::remove_all(dir / kOld, ec);
-  fs::remove_all(dir / kBlobsAside, ec);
   fs::remove_all(dir / kFresh, ec);
   return absl::OkStatus();
 }
 
-struct Salvaged {
-  std::string value;
-  std::string meta;
-};
-
 // The full salvage (see the header).
-absl::Status FullSalvage(const StorageOptions& options, const ValueVerifier& verifier,
-                         int64_t now, RepairReport* report) {
+absl::Status FullSalvage(const StorageOptions& options, int64_t now, RepairReport* report) {
   const fs::path dir = options.data_dir;
   std::error_code ec;
   report->salvaged = true;
-  // 1. Blob files aside: RepairDB does not know them and would have the database delete them.
-  TURBOKV_RETURN_IF_ERROR(MoveEntries(dir, dir / kBlobsAside, [](const std::string& n) {
-    return fs::path(n).extension() == ".blob";
-  }));
   fs::remove_all(dir / kFresh, ec);
+
+  // 1. What RocksDB's files still say, where RepairDB can make a database of them: the
+  //    namespace records (a fallback for those the value log lost) and the access times.
+  std::map<uint64_t, NamespaceRecord> rocksdb_namespaces;
+  absl::flat_hash_map<std::string, std::string> access;  // values as stored (8 or 16 bytes)
+  uint64_t known_blocks = 0;  // block_meta entries before the damage, as far as readable
+  std::string keep_old_as;
   rocksdb::Status s = rocksdb::RepairDB(dir.string(), format::DbOptions(options),
                                         format::Descriptors(options),
                                         format::CfOptions("", options));
-  if (!s.ok()) return FromRocksDb(s, absl::StrCat("RepairDB ", dir.string()));
   OpenDb old;
-  s = Open(dir.string(), options, /*paranoid=*/false, &old);
-  if (!s.ok()) return FromRocksDb(s, absl::StrCat("open repaired ", dir.string()));
-
-  // 2. What the repaired metadata still says. Scans stop at the first error: the SSTs that
-  //    failed RepairDB's own check are already gone, so one should not occur.
-  std::map<std::string, std::string> namespaces;  // key -> record
-  for (int cf : {CfIndex::kNamespaces, CfIndex::kNamespacesCopy}) {
+  if (s.ok()) s = Open(dir.string(), options, /*paranoid=*/false, &old);
+  if (s.ok()) {
+    for (int cf : {CfIndex::kNamespaces, CfIndex::kNamespacesCopy}) {
+      rocksdb::Status scan;
+      for (auto& [k, v] : ScanCf(old.db, old.cfs[cf], &scan)) {
+        if (k.size() != 8) continue;
+        RecordLocation ignored;
+        uint64_t sequence = 0;
+        absl::StatusOr<NamespaceRecord> r =
+            DecodeNamespaceValue(format::GetFixed64BE(k.data()), v, &ignored, &sequence);
+        if (r.ok()) rocksdb_namespaces.emplace(r->id, *r);
+      }
+      if (!scan.ok()) report->findings.push_back("namespaces scan: " + scan.ToString());
+    }
     rocksdb::Status scan;
-    for (auto& [k, v] : ScanCf(old.db, old.cfs[cf], &scan)) namespaces.emplace(k, v);
-    if (!scan.ok()) report->findings.push_back("namespaces scan: " + scan.ToString());
+    for (auto& [k, v] : ScanCf(old.db, old.cfs[CfIndex::kAccess], &scan)) {
+      if (v.size() == 8 || v.size() == 16) access[k] = v;
+    }
+    known_blocks = ScanCf(old.db, old.cfs[CfIndex::kMeta], &scan).size();
+    old.Close();
+  } else {
+    // Nothing of RocksDB's can be trusted: start from the value log alone; the old files are
+    // kept aside for a post-mortem.
+    keep_old_as = absl::StrCat("damaged-rocksdb-", now);
+    report->findings.push_back(absl::StrCat("RocksDB could not be repaired (", s.ToString(),
+                                            "): the metadata is rebuilt from the value log "
+                                            "alone; the old files are kept in ", keep_old_as));
+    old.Close();
   }
-  rocksdb::Status scan;
-  std::vector<std::pair<std::string, std::string>> metas =
-      ScanCf(old.db, old.cfs[CfIndex::kMeta], &scan);
-  if (!scan.ok()) report->findings.push_back("block_meta scan: " + scan.ToString());
-  absl::flat_hash_map<std::string, std::string> access;  // values as stored (8 or 16 bytes)
-  for (auto& [k, v] : ScanCf(old.db, old.cfs[CfIndex::kAccess], &scan)) {
-    if (v.size() == 8 || v.size() == 16) access[k] = v;
-  }
-  auto known_namespace = [&](std::string_view key) {
-    return key.size() >= 8 && namespaces.count(std::string(key.substr(0, 8)));
-  };
 
-  // 3. The fresh database: namespaces, then every block that can be recovered.
+  // 2. The value log is the truth: for each key its intact record with the highest write
+  //    sequence. A record superseded by an overwrite or removed by a deletion was deallocated
+  //    before that change committed, so what is found here is never older than the last
+  //    acknowledged state of its key.
+  ValueLogOptions log_options;
+  log_options.dir = (dir / format::kValuesDir).string();
+  log_options.segment_bytes = options.segment_bytes;
+  TURBOKV_ASSIGN_OR_RETURN(std::unique_ptr<ValueLog> log, ValueLog::Open(log_options));
+  absl::flat_hash_map<std::string, RecordInfo> blocks;      // storage key -> newest record
+  absl::flat_hash_map<uint64_t, RecordInfo> namespace_logs;  // id -> newest record
+  TURBOKV_RETURN_IF_ERROR(log->ScanRecords([&](const RecordInfo& r) {
+    if (r.kind == RecordKind::kNamespace) {
+      auto [it, inserted] = namespace_logs.try_emplace(r.namespace_id, r);
+      if (!inserted && r.sequence > it->second.sequence) it->second = r;
+      return absl::OkStatus();
+    }
+    std::string key = format::NamespaceKey(r.namespace_id);
+    key.append(r.hash);
+    auto [it, inserted] = blocks.try_emplace(std::move(key), r);
+    if (!inserted && r.sequence > it->second.sequence) it->second = r;
+    return absl::OkStatus();
+  }));
+  struct Namespace {
+    NamespaceRecord record;
+    RecordLocation location;  // its log record (segment 0: none; the open writes one)
+    uint64_t sequence = 0;
+  };
+  std::map<uint64_t, Namespace> namespaces;
+  for (const auto& [id, r] : namespace_logs) {
+    absl::StatusOr<LogValue> v = log->Read(r.location, id, r.hash, r.sequence);
+    absl::StatusOr<NamespaceRecord> record =
+        v.ok() ? ParseNamespaceLogValue(id, v->bytes) : v.status();
+    if (!record.ok()) {
+      report->findings.push_back(absl::StrCat("namespace record ", absl::Hex(id), " in the "
+                                              "value log: ", record.status().message()));
+      continue;
+    }
+    namespaces[id] = Namespace{*record, r.location, r.sequence};
+  }
+  for (const auto& [id, r] : rocksdb_namespaces) {
+    if (!namespaces.count(id)) namespaces[id] = Namespace{r, RecordLocation{}, 0};
+  }
+  log.reset();
+
+  // 3. The fresh database: namespaces, then block_meta and access for every block whose
+  //    namespace is known. No value is copied: the records stay where they are.
   const fs::path fresh_dir = dir / kFresh;
   OpenDb fresh;
   s = Open(fresh_dir.string(), options, /*paranoid=*/true, &fresh);
   if (!s.ok()) return FromRocksDb(s, absl::StrCat("create ", fresh_dir.string()));
-  for (const auto& [k, v] : namespaces) {
-    std::vector<std::pair<std::string, std::string>> one = {{k, v}};
+  for (const auto& [id, n] : namespaces) {
+    std::vector<std::pair<std::string, std::string>> one = {
+        {format::NamespaceKey(id), EncodeNamespaceValue(n.record, n.location, n.sequence)}};
     TURBOKV_RETURN_IF_ERROR(SyncPuts(fresh.db, fresh.cfs[CfIndex::kNamespaces], one));
     TURBOKV_RETURN_IF_ERROR(SyncPuts(fresh.db, fresh.cfs[CfIndex::kNamespacesCopy], one));
   }
   rocksdb::WriteBatch batch;
   rocksdb::WriteOptions no_wal;
   no_wal.disableWAL = true;  // flushed before the marker is written
-  auto put_block = [&](std::string_view key, std::string_view value,
-                       std::string_view meta) -> absl::Status {
-    const std::string k(key);
-    auto a = access.find(k);
+  uint64_t orphaned = 0;
+  for (const auto& [key, r] : blocks) {
+    if (!namespaces.count(r.namespace_id)) {
+      ++orphaned;
+      continue;
+    }
+    format::MetaValue m;
+    m.value_bytes = r.location.value_bytes;
+    m.put_time = r.put_time;
+    m.checksum = r.checksum;
+    m.in_log = true;
+    m.segment = r.location.segment;
+    m.page = r.location.page;
+    m.sequence = r.sequence;
+    auto a = access.find(key);
     const std::string access_value =
-        a != access.end()
-            ? a->second
-            : format::EncodeAccess(now, static_cast<uint64_t>(now) << kRecencyIndexBits);
-    TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Put(fresh.cfs[CfIndex::kBlocks], k, value), "put"));
-    TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Put(fresh.cfs[CfIndex::kMeta], k, meta), "put"));
-    TURBOKV_RETURN_IF_ERROR(FromRocksDb(
-        batch.Put(fresh.cfs[CfIndex::kAccess], k, access_value), "put"));
+        a != access.end() ? a->second
+                          : format::EncodeAccess(r.put_time, static_cast<uint64_t>(std::max<int64_t>(
+                                                                 r.put_time, 0))
+                                                                 << 20);
+    TURBOKV_RETURN_IF_ERROR(
+        FromRocksDb(batch.Put(fresh.cfs[CfIndex::kMeta], key, format::EncodeMeta(m)), "put"));
+    TURBOKV_RETURN_IF_ERROR(
+        FromRocksDb(batch.Put(fresh.cfs[CfIndex::kAccess], key, access_value), "put"));
     ++report->salvaged_blocks;
     if (batch.GetDataSize() >= (size_t{32} << 20)) {
       TURBOKV_RETURN_IF_ERROR(FromRocksDb(fresh.db->Write(no_wal, &batch), "salvage write"));
       batch.Clear();
     }
-    return absl::OkStatus();
-  };
-  auto verified = [&](std::string_view v) {
-    return verifier(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
-                                              v.size()))
-        .ok();
-  };
-
-  // Blocks block_meta describes: inline values come straight from the repaired database;
-  // values in blob files are found below by the checksum block_meta recorded.
-  struct Wanted {
-    uint64_t checksum = 0;
-    std::string meta;
-  };
-  absl::flat_hash_map<std::string, Wanted> wanted;
-  absl::flat_hash_map<std::string, bool> described;  // key -> recovered
-  for (const auto& [k, m] : metas) {
-    if (!known_namespace(k) || (m.size() != 16 && m.size() != 24)) {
-      ++report->dropped_blocks;
-      continue;
-    }
-    const uint64_t checksum = m.size() == 24 ? format::GetFixed64LE(m.data() + 16) : 0;
-    // NotFound with block_meta present: the key's `blocks` entry was in an SST RepairDB
-    // dropped (both are written and deleted in one batch); its blob record may remain.
-    rocksdb::PinnableSlice value;
-    s = old.db->Get(rocksdb::ReadOptions(), old.cfs[CfIndex::kBlocks], k, &value);
-    described[k] = false;
-    if (s.ok() && verified(value.ToStringView()) &&
-        (checksum == 0 || format::TrailerOf(value.ToStringView()) == checksum)) {
-      TURBOKV_RETURN_IF_ERROR(put_block(k, value.ToStringView(), m));
-      described[k] = true;
-      continue;
-    }
-    wanted[k] = Wanted{checksum, m};
   }
-  // Blob records, oldest file first: a record matches a described block by its checksum; a
-  // block block_meta lost (a damaged block_meta SST) whose key the repaired `blocks` still
-  // has takes the newest verified record of its key.
-  std::vector<fs::path> blobs;
-  for (const auto& e : fs::directory_iterator(dir / kBlobsAside, ec)) blobs.push_back(e.path());
-  std::sort(blobs.begin(), blobs.end());
-  absl::Status write_status;
-  for (const fs::path& p : blobs) {
-    BlobFileScan blob_scan;
-    absl::Status read = ScanBlobFile(
-        p.string(),
-        [&](std::string_view key, std::string_view value) {
-          if (!write_status.ok() || !verified(value)) return;
-          const std::string k(key);
-          if (auto w = wanted.find(k); w != wanted.end()) {
-            if (w->second.checksum != 0 && format::TrailerOf(value) != w->second.checksum) return;
-            write_status = put_block(k, value, w->second.meta);
-            described[k] = true;
-            if (w->second.checksum != 0) wanted.erase(w);
-            return;
-          }
-          if (described.contains(k) || !known_namespace(k)) return;
-          rocksdb::PinnableSlice ignored;
-          rocksdb::Status g = old.db->Get(rocksdb::ReadOptions(), old.cfs[CfIndex::kBlocks], k,
-                                          &ignored);
-          if (g.IsNotFound()) return;  // deleted since: never resurrect it
-          write_status = put_block(
-              k, value, format::EncodeMeta(value.size(), now, format::TrailerOf(value)));
-        },
-        &blob_scan);
-    TURBOKV_RETURN_IF_ERROR(write_status);
-    if (!read.ok() || !blob_scan.complete || blob_scan.bad_records > 0) {
-      report->findings.push_back(absl::StrCat(
-          "blob file ", p.filename().string(), ": ", blob_scan.records, " records verified, ",
-          blob_scan.bad_records, " damaged", blob_scan.complete ? "" : ", cut short",
-          read.ok() ? "" : absl::StrCat(" (", read.message(), ")")));
-    }
+  if (orphaned > 0) {
+    report->findings.push_back(absl::StrCat(orphaned, " blocks in the value log belong to no "
+                                            "known namespace: dropped"));
   }
-  for (const auto& [k, ok] : described) {
-    if (!ok) ++report->dropped_blocks;
-  }
+  report->dropped_blocks =
+      known_blocks > report->salvaged_blocks ? known_blocks - report->salvaged_blocks : orphaned;
   if (batch.Count() > 0) {
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(fresh.db->Write(no_wal, &batch), "salvage write"));
   }
@@ -336,19 +329,17 @@ absl::Status FullSalvage(const StorageOptions& options, const ValueVerifier& ver
   flush.wait = true;
   TURBOKV_RETURN_IF_ERROR(FromRocksDb(fresh.db->Flush(flush, fresh.cfs), "salvage flush"));
   fresh.Close();
-  old.Close();
   {
     std::ofstream marker(fresh_dir / kDoneMarker);
     marker << "salvaged " << report->salvaged_blocks << " blocks\n";
     if (!marker.good()) return absl::UnavailableError("cannot write the salvage marker");
   }
-  return SwapInFreshDb(dir);
+  return SwapInFreshDb(dir, keep_old_as);
 }
 
 }  // namespace
 
-absl::StatusOr<RepairReport> RepairIfDamaged(const StorageOptions& options,
-                                             const ValueVerifier& verifier, int64_t now) {
+absl::StatusOr<RepairReport> RepairIfDamaged(const StorageOptions& options, int64_t now) {
   RepairReport report;
   const fs::path dir = options.data_dir;
   std::error_code ec;
@@ -358,9 +349,15 @@ absl::StatusOr<RepairReport> RepairIfDamaged(const StorageOptions& options,
     TURBOKV_RETURN_IF_ERROR(SwapInFreshDb(dir));
     return report;
   }
-  if (fs::exists(dir / kBlobsAside, ec)) {
+  if (fs::exists(dir / kFresh, ec) || fs::exists(dir / kOldPartial, ec)) {
     report.findings.push_back("repeating an interrupted salvage");
-    TURBOKV_RETURN_IF_ERROR(FullSalvage(options, verifier, now, &report));
+    if (fs::exists(dir / kOldPartial, ec)) {
+      // The swap had begun moving the old files aside: put them back first.
+      TURBOKV_RETURN_IF_ERROR(MoveEntries(dir / kOldPartial, dir,
+                                          [](const std::string&) { return true; }));
+      fs::remove_all(dir / kOldPartial, ec);
+    }
+    TURBOKV_RETURN_IF_ERROR(FullSalvage(options, now, &report));
     return report;
   }
   if (!fs::exists(dir / "CURRENT", ec)) return report;  // a new database
@@ -376,7 +373,7 @@ absl::StatusOr<RepairReport> RepairIfDamaged(const StorageOptions& options,
     if (!IsDamage(s)) return FromRocksDb(s, absl::StrCat("open ", dir.string()));
     report.findings.push_back("open without paranoid checks: " + s.ToString());
     d.Close();
-    TURBOKV_RETURN_IF_ERROR(FullSalvage(options, verifier, now, &report));
+    TURBOKV_RETURN_IF_ERROR(FullSalvage(options, now, &report));
     return report;
   }
   const std::set<std::string> damaged = FindDamage(d, &report.findings);
@@ -406,7 +403,7 @@ absl::StatusOr<RepairReport> RepairIfDamaged(const StorageOptions& options,
     return report;
   }
   d.Close();
-  TURBOKV_RETURN_IF_ERROR(FullSalvage(options, verifier, now, &report));
+  TURBOKV_RETURN_IF_ERROR(FullSalvage(options, now, &report));
   return report;
 }
 

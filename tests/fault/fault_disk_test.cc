@@ -221,9 +221,10 @@ TEST(Capacity, ThreeTimesOverloadStaysUnderCapacityOnDisk) {
   EXPECT_EQ(acked, total) << "eviction makes room for every put";
   EXPECT_LE(stats->used_bytes, kCapacity);
   EXPECT_GT(stats->evicted_blocks, 0u);
-  // The real directory (SST, blob files with not-yet-collected garbage, WAL, MANIFEST, LOG)
-  // stays within a bounded multiple of the budget under 3x overload.
-  EXPECT_LE(max_disk, 2 * kCapacity);
+  // The real directory (the value log's allocated pages, SSTs, WAL, MANIFEST, LOG) stays
+  // within the budget plus RocksDB's bounded bookkeeping files (info LOG at most 5 MiB,
+  // MANIFEST at most 8 MiB) under 3x overload: evicted blocks give their pages back at once.
+  EXPECT_LE(max_disk, kCapacity + 13 * kMiB);
 }
 
 }  // namespace

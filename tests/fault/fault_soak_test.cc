@@ -34,10 +34,10 @@ constexpr uint64_t kInFlight = 32 * kMiB;
 // + 4 x write buffer (blocks memtable capacity/16, 2 per family while flushing, and the small
 //           families' memtables, which the WAL limit of 2 x write buffer flushes)
 // + kCapacity (the in-memory index is smaller than the charged bytes it describes)
-// + kCapacity (the blob cache: --blob-cache, at most the capacity)
 // + 64 MiB  slack (codec scratch per worker, fragmentation)
+// (The value log's pages are in the page cache, not in the process.)
 constexpr uint64_t kRssBound =
-    64 * kMiB + kInFlight + 48 * kMiB + 4 * (kCapacity / 16) + 2 * kCapacity + 64 * kMiB;
+    64 * kMiB + kInFlight + 48 * kMiB + 4 * (kCapacity / 16) + kCapacity + 64 * kMiB;
 
 uint64_t RssBytes(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -48,7 +48,7 @@ uint64_t RssBytes(pid_t pid) {
   return 0;
 }
 
-// The data directory's bytes by kind: "sst=.. blob=.. wal=.. other=..".
+// The data directory's allocated bytes by kind: "sst=.. values=.. wal=.. other=..".
 std::string DirBreakdown(const std::string& dir) {
   std::map<std::string, uint64_t> by;
   std::map<std::string, int> files;
@@ -58,11 +58,11 @@ std::string DirBreakdown(const std::string& dir) {
     const std::string ext = f.path().extension().string();
     const std::string name = f.path().filename().string();
     const std::string kind = ext == ".sst"               ? "sst"
-                             : ext == ".blob"            ? "blob"
+                             : ext == ".tkv"             ? "values"
                              : ext == ".log"             ? "wal"
                              : name.rfind("LOG", 0) == 0 ? "rocksdb_LOG"
                                                          : "other";
-    by[kind] += f.file_size(ec);
+    by[kind] += AllocatedBytes(f.path());
     ++files[kind];
   }
   std::string out;
@@ -287,10 +287,10 @@ TEST(Soak, RssStopsGrowingAndStaysUnderTheBudgetBound) {
   EXPECT_LE(second_max, first_max + first_max / 5 + 16 * kMiB)
       << "RSS still grows: the second half's peak is beyond the first half's + 20% + 16 MiB";
   EXPECT_LE(rss_max, kRssBound);
-  // The directory: the store's files within 2x the capacity (blob garbage not yet collected,
-  // the WAL, the memtables' flushes) plus RocksDB's info LOG (at most 5 files of 4 MiB), and
+  // The directory: within the capacity (the value log's live pages, RocksDB's SSTs and WAL)
+  // plus RocksDB's bounded bookkeeping (info LOG at most 5 MiB, MANIFEST at most 8 MiB), and
   // not growing either (its LOG once grew without bound).
-  EXPECT_LE(dir_max, 2 * kCapacity + 20 * kMiB + 16 * kMiB);
+  EXPECT_LE(dir_max, kCapacity + 13 * kMiB);
   EXPECT_LE(dir_second_max, dir_first_max + dir_first_max / 5 + 16 * kMiB)
       << "the data directory still grows";
 }

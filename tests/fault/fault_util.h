@@ -191,12 +191,20 @@ inline void Truncate(const std::string& path, uint64_t size) {
   ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(size)), 0) << path;
 }
 
-// Bytes of the regular files under `dir` (a data directory), without the disk-full RESERVE file.
+// Bytes a file occupies on disk (st_blocks: value-log segments are sparse, their length is
+// not what they hold). 0 when it is gone.
+inline uint64_t AllocatedBytes(const std::filesystem::path& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
+// Allocated bytes of the regular files under `dir` (a data directory), without the disk-full
+// RESERVE file: what `du` reports.
 inline uint64_t DirBytes(const std::string& dir) {
   uint64_t total = 0;
   std::error_code ec;
   for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec)) {
-    if (f.is_regular_file(ec) && f.path().filename() != "RESERVE") total += f.file_size(ec);
+    if (f.is_regular_file(ec) && f.path().filename() != "RESERVE") total += AllocatedBytes(f.path());
   }
   return total;
 }

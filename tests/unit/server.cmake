@@ -1,4 +1,5 @@
-# Unit tests of the server: storage (RocksDB block store, index), options, namespace registry.
+# Unit tests of the server: storage (value log, block store, index, repair), options, namespace
+# registry.
 include(GoogleTest)
 if(TARGET turbokv_server_storage)
   find_package(RocksDB CONFIG REQUIRED)
@@ -6,7 +7,8 @@ if(TARGET turbokv_server_storage)
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_index_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_store_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_crc32c_test.cc
-    ${CMAKE_SOURCE_DIR}/tests/unit/storage_repair_test.cc)
+    ${CMAKE_SOURCE_DIR}/tests/unit/storage_repair_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/storage_value_log_test.cc)
   target_link_libraries(storage_unit_tests PRIVATE turbokv::server_storage turbokv::rocksdb
                         PkgConfig::XXHASH GTest::gtest GTest::gtest_main)
   gtest_discover_tests(storage_unit_tests PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)

@@ -1,112 +1,104 @@
+// BlockIndex: slots, keys, accounting, memory per entry.
+#include "server/storage/block_index.h"
+
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/storage/block_index.h"
 
 namespace turbokv::server {
 namespace {
 
-IndexEntry Entry(const std::string& key, uint64_t ns, uint64_t bytes, int64_t lease_until = 0) {
-  IndexEntry e;
-  e.key = key;
-  e.namespace_id = ns;
-  e.value_bytes = bytes;
-  e.charge = bytes + 10;
-  e.lease_until = lease_until;
-  return e;
+RecordLocation At(uint32_t segment, uint32_t page, uint32_t value_bytes) {
+  RecordLocation l;
+  l.segment = segment;
+  l.page = page;
+  l.value_bytes = value_bytes;
+  return l;
 }
 
-TEST(BlockIndexTest, AccountingAndReplacement) {
+TEST(BlockIndexTest, KeysAreNamespaceAndHash) {
   BlockIndex index;
-  index.Upsert(Entry("a", 1, 100));
-  index.Upsert(Entry("b", 1, 200));
-  index.Upsert(Entry("c", 2, 300));
+  const uint32_t a = index.Insert(1, "hash-aaa", 10, At(1, 1, 5000), 100);
+  const uint32_t b = index.Insert(2, "hash-aaa", 11, At(1, 3, 5000), 100);
+  const uint32_t c = index.Insert(1, std::string(32, 'z'), 12, At(2, 1, 100), 100);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(index.Find(1, "hash-aaa"), a);
+  EXPECT_EQ(index.Find(2, "hash-aaa"), b);
+  EXPECT_EQ(index.Find(1, std::string(32, 'z')), c);
+  EXPECT_EQ(index.Find(3, "hash-aaa"), kNoSlot);
+  EXPECT_EQ(index.Find(1, "hash-aab"), kNoSlot);
+  EXPECT_EQ(index.Find(1, std::string(33, 'z')), kNoSlot);
+  EXPECT_EQ(index.namespace_id(b), 2u);
+  EXPECT_EQ(index.at(c).hash_view(), std::string(32, 'z'));
+  EXPECT_EQ(index.at(c).location.hash_bytes, 32);
+  EXPECT_EQ(index.at(a).sequence, 10u);
+  EXPECT_EQ(index.at(b).location.page, 3u);
+}
+
+TEST(BlockIndexTest, AccountingFollowsInsertAndErase) {
+  BlockIndex index;
+  const uint32_t a = index.Insert(1, "block-00", 1, At(1, 1, 5000), 100);
+  const uint32_t b = index.Insert(1, "block-01", 2, At(1, 3, 10000), 100);
+  index.Insert(2, "block-00", 3, At(1, 7, 1), 100);
+  // A record is its header, hash and value in whole 4 KiB pages; the charge adds metadata.
+  EXPECT_EQ(RecordBytes(8, 5000), 8192u);
+  EXPECT_EQ(RecordBytes(8, 10000), 12288u);
+  EXPECT_EQ(RecordBytes(8, 1), 4096u);
+  EXPECT_EQ(index.charge(a), 8192u + 2 * 16 + 96);
+  EXPECT_EQ(index.used_bytes(), 8192u + 12288u + 4096u + 3 * (2 * 16 + 96));
+  EXPECT_EQ(index.value_bytes(), 15001u);
   EXPECT_EQ(index.blocks(), 3u);
-  EXPECT_EQ(index.value_bytes(), 600u);
-  EXPECT_EQ(index.used_bytes(), 630u);
   EXPECT_EQ(index.usage().at(1).blocks, 2u);
-  EXPECT_EQ(index.usage().at(2).value_bytes, 300u);
-
-  index.Upsert(Entry("a", 1, 50));  // replaces, does not add
-  EXPECT_EQ(index.blocks(), 3u);
-  EXPECT_EQ(index.value_bytes(), 550u);
-  EXPECT_TRUE(index.Erase("c"));
-  EXPECT_FALSE(index.Erase("c"));
-  EXPECT_EQ(index.usage().count(2), 0u);
-  EXPECT_EQ(index.used_bytes(), 270u);
+  EXPECT_EQ(index.usage().at(1).value_bytes, 15000u);
+  index.Erase(b);
+  EXPECT_EQ(index.blocks(), 2u);
+  EXPECT_EQ(index.usage().at(1).blocks, 1u);
+  EXPECT_EQ(index.Find(1, "block-01"), kNoSlot);
+  index.Erase(a);
+  EXPECT_FALSE(index.usage().contains(1));
+  EXPECT_EQ(index.used_bytes(), 4096u + 2 * 16 + 96);
+  EXPECT_EQ(index.SlotsOf(2).size(), 1u);
+  EXPECT_TRUE(index.SlotsOf(1).empty());
 }
 
-TEST(BlockIndexTest, VictimsAreLeastRecentlyUsedAndSkipLeasesAndExclusions) {
+TEST(BlockIndexTest, ErasedSlotsAreReusedAndKeysStayFindable) {
   BlockIndex index;
-  for (const char* k : {"a", "b", "c", "d", "e"}) index.Upsert(Entry(k, 1, 90));  // charge 100
-  index.Find("b")->lease_until = 50;  // leased until t = 50
-  index.Touch(index.Find("a"));       // order now: b c d e a
-  EXPECT_EQ(index.EvictableBytes(10), 400u);
-  EXPECT_EQ(index.EvictableBytes(50), 500u);
-
-  absl::flat_hash_set<std::string> exclude = {"c"};
-  std::vector<IndexEntry> v = index.TakeVictims(150, /*now=*/10, exclude);
-  ASSERT_EQ(v.size(), 2u);
-  EXPECT_EQ(v[0].key, "d");
-  EXPECT_EQ(v[1].key, "e");
-  EXPECT_EQ(index.blocks(), 3u);
-
-  v = index.TakeVictims(1000, /*now=*/60, {});  // lease over: everything goes, in order
-  ASSERT_EQ(v.size(), 3u);
-  EXPECT_EQ(v[0].key, "b");
-  EXPECT_EQ(v[1].key, "c");
-  EXPECT_EQ(v[2].key, "a");
-  EXPECT_EQ(index.used_bytes(), 0u);
-}
-
-TEST(BlockIndexTest, RestorePutsVictimsBackAtTheOldEnd) {
-  BlockIndex index;
-  for (const char* k : {"a", "b", "c", "d"}) index.Upsert(Entry(k, 1, 90));
-  std::vector<IndexEntry> v = index.TakeVictims(200, 0, {});
-  ASSERT_EQ(v.size(), 2u);
-  EXPECT_EQ(index.used_bytes(), 200u);
-  index.Restore(std::move(v));
-  EXPECT_EQ(index.used_bytes(), 400u);
-  EXPECT_EQ(index.blocks(), 4u);
-  v = index.TakeVictims(1, 0, {});
-  ASSERT_EQ(v.size(), 1u);
-  EXPECT_EQ(v[0].key, "a");  // order kept
-}
-
-TEST(BlockIndexTest, BelowPlacesAnEntryNextToItsChainPredecessor) {
-  BlockIndex index;
-  index.Upsert(Entry("x", 1, 1));
-  index.Upsert(Entry("h", 1, 1));        // a chain's head: the most recently used end
-  index.Upsert(Entry("t1", 1, 1), "h");   // each next block just below the previous one
-  index.Upsert(Entry("t2", 1, 1), "t1");
-  index.Upsert(Entry("y", 1, 1));
-  auto order = [&] {
-    std::string o;
-    for (const IndexEntry& e : index.Select([](const IndexEntry&) { return true; })) {
-      o += e.key + " ";
+  std::vector<uint32_t> slots;
+  for (int i = 0; i < 1000; ++i) {
+    slots.push_back(index.Insert(7, "key-" + std::to_string(100000 + i), i + 1, At(1, i + 1, 10), 0));
+  }
+  for (int i = 0; i < 1000; i += 2) index.Erase(slots[i]);
+  for (int i = 0; i < 500; ++i) {
+    const uint32_t s = index.Insert(7, "new-" + std::to_string(100000 + i), 5000 + i, At(2, i + 1, 10), 0);
+    EXPECT_LT(s, 1000u) << "a freed slot is taken before a new one";
+  }
+  EXPECT_EQ(index.slot_limit(), 1000u);
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t s = index.Find(7, "key-" + std::to_string(100000 + i));
+    if (i % 2 == 0) {
+      EXPECT_EQ(s, kNoSlot);
+    } else {
+      ASSERT_NE(s, kNoSlot);
+      EXPECT_EQ(index.at(s).sequence, static_cast<uint64_t>(i + 1));
     }
-    return o;
-  };
-  EXPECT_EQ(order(), "x t2 t1 h y ");
-  index.Touch(index.Find("x"), "t1");  // moved just below t1
-  EXPECT_EQ(order(), "t2 x t1 h y ");
-  index.Touch(index.Find("h"));
-  index.Touch(index.Find("t1"), "h");
-  EXPECT_EQ(order(), "t2 x y t1 h ");
-  ASSERT_TRUE(index.Erase("t2"));
-  index.Upsert(Entry("t3", 1, 1), "t2");  // predecessor gone: least recently used end
-  EXPECT_EQ(order(), "t3 x y t1 h ");
-  index.Touch(index.Find("h"), "h");  // below itself: unchanged
-  EXPECT_EQ(order(), "t3 x y t1 h ");
+  }
+  for (int i = 0; i < 500; ++i) {
+    EXPECT_NE(index.Find(7, "new-" + std::to_string(100000 + i)), kNoSlot);
+  }
 }
 
-TEST(BlockIndexTest, ReplacementKeepsTheLease) {
+TEST(BlockIndexTest, MemoryPerEntryStaysSmall) {
   BlockIndex index;
-  index.Upsert(Entry("a", 1, 10, /*lease_until=*/100));
-  index.Upsert(Entry("a", 1, 20));
-  EXPECT_EQ(index.Find("a")->lease_until, 100);
-  EXPECT_EQ(index.EntriesOf(1).size(), 1u);
-  EXPECT_TRUE(index.EntriesOf(2).empty());
+  constexpr int kBlocks = 4 << 16;  // whole chunks of entries
+  std::string hash(32, 'h');
+  for (int i = 0; i < kBlocks; ++i) {
+    std::memcpy(hash.data(), &i, sizeof(i));
+    index.Insert(1, hash, i + 1, At(1, i + 1, 40000), 0);
+  }
+  // 64 bytes an entry and the key set's slot numbers and control bytes, at most about 80.
+  const double per_block = static_cast<double>(index.MemoryBytes()) / kBlocks;
+  EXPECT_LE(per_block, 80.0);
+  EXPECT_GE(per_block, 64.0);
 }
 
 }  // namespace

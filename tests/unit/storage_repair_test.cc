@@ -1,13 +1,14 @@
-// Damaged files in the data directory (issue 10, docs/faults.md): a flipped bit in an SST of
-// any column family, in the MANIFEST, or a blob file cut short used to make BlockStore::Open
-// fail with DATA_LOSS (the server refused to start). Now the open repairs what it finds and
-// serves every block it could recover, byte for byte, and never another block's bytes.
+// Damaged files in the data directory (issues 10 and 22, docs/faults.md): a flipped bit in an
+// SST of any column family, in the MANIFEST, a value-log segment cut short, RocksDB's files
+// lost: the open repairs what it finds and serves every block it could recover, byte for
+// byte, never another block's bytes, an older value of a block, or a deleted block.
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,8 @@ using testing::HashOf;
 using testing::MakeValue;
 
 constexpr uint64_t kNs = 0x0123456789abcdefULL;
-constexpr size_t kBlobValueBytes = 10000;  // above min_blob_size: in blob files
-constexpr size_t kInlineValueBytes = 1000;  // below: in the blocks SST itself
+constexpr size_t kBlobValueBytes = 10000;  // three pages of the value log
+constexpr size_t kInlineValueBytes = 1000;  // one page
 
 namespace fs = std::filesystem;
 
@@ -142,8 +143,8 @@ TEST_F(RepairTest, DamagedNamespacesSstIsRebuiltFromItsCopy) {
   EXPECT_EQ(ServedExactly(**again), 25u);
 }
 
-TEST_F(RepairTest, DamagedBlockMetaSstIsRebuiltFromTheBlobFiles) {
-  Fill(30, 0);
+TEST_F(RepairTest, DamagedBlockMetaSstIsRebuiltFromTheValueLog) {
+  Fill(25, 5);
   const auto ssts = SstsOf(dir_.path(), "block_meta");
   ASSERT_FALSE(ssts.empty());
   for (const std::string& f : ssts) Damage(f);
@@ -152,22 +153,8 @@ TEST_F(RepairTest, DamagedBlockMetaSstIsRebuiltFromTheBlobFiles) {
   const RepairReport r = (*s)->Stats().repair;
   EXPECT_TRUE(r.salvaged);
   EXPECT_EQ(r.salvaged_blocks, 30u);
+  EXPECT_EQ(r.dropped_blocks, 0u);
   EXPECT_EQ(ServedExactly(**s), 30u);
-}
-
-TEST_F(RepairTest, DamagedBlocksSstCostsOnlyItsInlineBlocks) {
-  Fill(20, 5);
-  const auto ssts = SstsOf(dir_.path(), "blocks");
-  ASSERT_FALSE(ssts.empty());
-  for (const std::string& f : ssts) Damage(f);
-  auto s = Open();
-  ASSERT_TRUE(s.ok()) << s.status();
-  const RepairReport r = (*s)->Stats().repair;
-  EXPECT_TRUE(r.salvaged);
-  // The blob-file blocks come back by their recorded checksums; the inline ones were only in
-  // the damaged SST.
-  EXPECT_EQ(ServedExactly(**s), 20u);
-  EXPECT_EQ(r.dropped_blocks, 5u);
 }
 
 TEST_F(RepairTest, DamagedManifestIsSalvaged) {
@@ -181,7 +168,7 @@ TEST_F(RepairTest, DamagedManifestIsSalvaged) {
   EXPECT_TRUE(r.salvaged);
   EXPECT_EQ(ServedExactly(**s), 25u);
   EXPECT_EQ(r.dropped_blocks, 0u);
-  EXPECT_FALSE(fs::exists(dir_.path() + "/salvage-blobs"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/salvage-new"));
   s->reset();
   auto again = Open();
   ASSERT_TRUE(again.ok()) << again.status();
@@ -189,21 +176,130 @@ TEST_F(RepairTest, DamagedManifestIsSalvaged) {
   EXPECT_EQ(ServedExactly(**again), 25u);
 }
 
-TEST_F(RepairTest, BlobFileCutShortKeepsTheBlocksBeforeTheCut) {
+TEST_F(RepairTest, ValueLogSegmentCutShortKeepsTheBlocksBeforeTheCut) {
   Fill(40, 0);
-  const auto blobs = FilesStartingWith(dir_.path(), "", ".blob");
-  ASSERT_EQ(blobs.size(), 1u);
-  fs::resize_file(blobs[0], fs::file_size(blobs[0]) / 2);
+  const auto segments = FilesStartingWith(dir_.path() + "/values", "", ".tkv");
+  ASSERT_EQ(segments.size(), 1u);
+  fs::resize_file(segments[0], fs::file_size(segments[0]) / 2);
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status();
+  const RepairReport r = (*s)->Stats().repair;
+  const size_t served = ServedExactly(**s);
+  // About half the records lie before the cut; the metadata of the others is dropped.
+  EXPECT_GE(served, 15u);
+  EXPECT_LE(served, 25u);
+  EXPECT_EQ(served + r.dropped_blocks, 40u);
+  EXPECT_EQ((*s)->Stats().blocks, served);
+}
+
+// The RocksDB files are all gone (or beyond RepairDB): the store starts from its value log
+// alone, namespaces included, and keeps nothing it cannot verify.
+TEST_F(RepairTest, LostRocksDbIsRebuiltFromTheValueLogAlone) {
+  Fill(20, 5);
+  for (const auto& e : fs::directory_iterator(dir_.path())) {
+    const std::string n = e.path().filename().string();
+    if (n == "values" || n == "turbokv.lock") continue;
+    fs::remove_all(e.path());
+  }
+  std::ofstream(dir_.path() + "/CURRENT") << "MANIFEST-000099\n";  // names a missing file
   auto s = Open();
   ASSERT_TRUE(s.ok()) << s.status();
   const RepairReport r = (*s)->Stats().repair;
   EXPECT_TRUE(r.salvaged);
-  const size_t served = ServedExactly(**s);
-  // About half the records lie before the cut.
-  EXPECT_GE(served, 15u);
-  EXPECT_LE(served, 25u);
-  EXPECT_EQ(served + r.dropped_blocks, 40u);
+  EXPECT_TRUE((*s)->GetNamespace(kNs).has_value());
+  EXPECT_EQ(ServedExactly(**s), 25u);
 }
+
+// Issue 22's reproductions: a store with two flushed generations (gen0: 300 blocks; gen1:
+// overwrites 50 of them, deletes 50 others, adds 300), then gen1's block_meta SST damaged,
+// removed, cut to nothing, or replaced by an access SST. Whatever the damage, the store never
+// serves a deleted block or an overwritten block's gen0 bytes.
+struct Gen1Damage {
+  const char* name;
+  void (*apply)(const std::string& newest_meta_sst, const std::string& an_access_sst);
+};
+
+class SalvageTest : public RepairTest, public ::testing::WithParamInterface<Gen1Damage> {};
+
+TEST_P(SalvageTest, NeverServesOlderBytesOrDeletedBlocks) {
+  constexpr int kGen0 = 300;
+  std::map<int, std::string> gen0;
+  std::set<int> deleted, overwritten;
+  {
+    auto s = Open();
+    ASSERT_TRUE(s.ok()) << s.status();
+    PutNamespace(**s, kNs);
+    for (int i = 0; i < kGen0; ++i) {
+      gen0[i] = MakeValue(16 << 10, rng_);
+      ASSERT_TRUE(Put(**s, kNs, HashOf(i), gen0[i]).ok());
+    }
+  }  // closed: gen0 flushed
+  {
+    auto s = Open();
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int i = 0; i < 50; ++i) {
+      values_[i] = MakeValue(16 << 10, rng_);
+      ASSERT_TRUE(Put(**s, kNs, HashOf(i), values_[i]).ok());
+      overwritten.insert(i);
+    }
+    std::vector<std::string> del;
+    for (int i = 50; i < 100; ++i) {
+      del.push_back(HashOf(i));
+      deleted.insert(i);
+    }
+    std::vector<std::string_view> views(del.begin(), del.end());
+    ASSERT_EQ(*(*s)->DeleteBlocks(kNs, views), 50u);
+    for (int i = 100; i < kGen0; ++i) values_[i] = gen0[i];
+    for (int i = kGen0; i < kGen0 + 300; ++i) {
+      values_[i] = MakeValue(16 << 10, rng_);
+      ASSERT_TRUE(Put(**s, kNs, HashOf(i), values_[i]).ok());
+    }
+  }  // closed: gen1 flushed
+  auto metas = SstsOf(dir_.path(), "block_meta");
+  const auto accesses = SstsOf(dir_.path(), "access");
+  ASSERT_GE(metas.size(), 2u);
+  ASSERT_FALSE(accesses.empty());
+  std::sort(metas.begin(), metas.end());
+  GetParam().apply(metas.back(), accesses.front());
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << GetParam().name << ": " << s.status();
+  std::vector<std::string> hashes;
+  for (int i = 0; i < kGen0 + 300; ++i) hashes.push_back(HashOf(i));
+  std::vector<std::string_view> views(hashes.begin(), hashes.end());
+  auto got = (*s)->GetBlocks(kNs, views);
+  ASSERT_TRUE(got.ok()) << got.status();
+  size_t served = 0;
+  for (int i = 0; i < kGen0 + 300; ++i) {
+    const std::optional<std::string>& b = (*got)[i];
+    if (deleted.count(i)) {
+      EXPECT_FALSE(b.has_value()) << GetParam().name << ": deleted block " << i << " came back";
+      continue;
+    }
+    if (!b.has_value()) continue;
+    ++served;
+    if (overwritten.count(i)) {
+      EXPECT_NE(*b, gen0[i]) << GetParam().name << ": block " << i << " served its gen0 bytes";
+    }
+    EXPECT_EQ(*b, values_[i]) << GetParam().name << ": block " << i;
+  }
+  // The value log holds every live block: all of them come back.
+  EXPECT_EQ(served, values_.size()) << GetParam().name;
+}
+
+void FlipBytes(const std::string& f) { Damage(f, 20); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Gen1BlockMeta, SalvageTest,
+    ::testing::Values(
+        Gen1Damage{"flipped", [](const std::string& m, const std::string&) { FlipBytes(m); }},
+        Gen1Damage{"removed", [](const std::string& m, const std::string&) { fs::remove(m); }},
+        Gen1Damage{"truncated",
+                   [](const std::string& m, const std::string&) { fs::resize_file(m, 0); }},
+        Gen1Damage{"misplaced_access_sst",
+                   [](const std::string& m, const std::string& a) {
+                     fs::copy_file(a, m, fs::copy_options::overwrite_existing);
+                   }}),
+    [](const ::testing::TestParamInfo<Gen1Damage>& i) { return std::string(i.param.name); });
 
 TEST_F(RepairTest, IntactStoreRepairsNothing) {
   Fill(5, 5);

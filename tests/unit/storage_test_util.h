@@ -11,6 +11,13 @@
 #include <random>
 #include <string>
 
+#include <fcntl.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "server/storage/clock.h"
@@ -40,6 +47,40 @@ inline std::string HashOf(uint64_t i, size_t bytes = 16) {
   std::string h(bytes, '\0');
   for (size_t k = 0; k < bytes; ++k) h[k] = static_cast<char>((i >> (8 * (k % 8))) + k * 31);
   return h;
+}
+
+// Flips the byte at `offset` of the first copy of `value` found in a value-log segment under
+// `data_dir`/values. False when no segment holds it.
+inline bool FlipByteOfStoredValue(const std::string& data_dir, const std::string& value,
+                                  size_t offset) {
+  for (const auto& e : std::filesystem::directory_iterator(data_dir + "/values")) {
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t at = bytes.find(value);
+    if (at == std::string::npos) continue;
+    f.clear();
+    f.seekp(static_cast<std::streamoff>(at + offset));
+    const char flipped = static_cast<char>(bytes[at + offset] ^ 0x40);
+    f.write(&flipped, 1);
+    return f.good();
+  }
+  return false;
+}
+
+// Writes back and drops the page cache of every file in `dir`. False on tmpfs (its pages are
+// the files themselves) or when a file cannot be opened.
+inline bool DropFromPageCache(const std::string& dir) {
+  struct statfs fs {};
+  constexpr long kTmpfsMagic = 0x01021994;
+  if (statfs(dir.c_str(), &fs) != 0 || fs.f_type == kTmpfsMagic) return false;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    (void)::fdatasync(fd);
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  return true;
 }
 
 class FakeClock final : public Clock {

@@ -1,0 +1,488 @@
+// BlockStore's life cycle: opening (repair, recovery of the index, migration of a store
+// written before the value log), the maintenance pass, closing.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+#include "server/storage/block_store.h"
+#include "server/storage/rocksdb_crc32c.h"
+#include "server/storage/rocksdb_status.h"
+#include "server/storage/store_format.h"
+#include "server/storage/store_repair.h"
+#include "spdlog/spdlog.h"
+#include "turbokv/codec/status_macros.h"
+
+namespace turbokv::server {
+namespace {
+
+namespace fs = std::filesystem;
+using format::EncodeAccess;
+using format::GetFixed64BE;
+using format::GetFixed64LE;
+using format::TrailerOf;
+
+// The write-sequence high-water mark (default column family): fixed64 LE.
+constexpr char kSequenceMarkKey[] = "turbokv.sequence_mark";
+// How far past the sequences in use the mark is moved (one fsync'ed write per this many).
+constexpr uint64_t kSequenceStep = uint64_t{1} << 20;
+// Legacy values are migrated this many at a time (a block is at most a few MiB).
+constexpr size_t kMigrationBatchKeys = 16;
+
+// A block_meta entry as recovery finds it.
+struct Recovered {
+  std::string key;
+  format::MetaValue meta;
+  int64_t last_access = 0;
+  uint64_t touch = 0;  // restart order (older first)
+};
+
+}  // namespace
+
+BlockStore::BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock)
+    : options_(options),
+      verifier_(std::move(verifier)),
+      clock_(clock != nullptr ? clock : SystemClock()),
+      disk_(options) {}
+
+absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOptions& options,
+                                                             ValueVerifier verifier,
+                                                             const Clock* clock) {
+  TURBOKV_RETURN_IF_ERROR(options.Validate());
+  if (!verifier) return absl::InvalidArgumentError("BlockStore::Open needs a value verifier");
+  spdlog::info("RocksDB's CRC32C (WAL records) runs on {}", RocksDbCrc32cImplementation());
+  std::unique_ptr<BlockStore> store(new BlockStore(options, std::move(verifier), clock));
+  TURBOKV_RETURN_IF_ERROR(store->OpenDb());
+  TURBOKV_RETURN_IF_ERROR(store->Recover());
+  store->disk_.CreateReserve();
+  store->MeasureDisk();
+  if (options.maintenance_interval_ms > 0) {
+    store->maintenance_ = std::thread([s = store.get()] { s->MaintenanceLoop(); });
+  }
+  return store;
+}
+
+absl::Status BlockStore::OpenDb() {
+  std::error_code ec;
+  fs::create_directories(options_.data_dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create data directory ", options_.data_dir, ": ", ec.message()));
+  }
+  TURBOKV_RETURN_IF_ERROR(LockDataDir());
+  // The reserve is given back before RocksDB opens: replaying the WAL needs a new SST, which a
+  // nearly full disk would refuse. It is taken again when there is room.
+  disk_.ReleaseReserve(/*at_startup=*/true);
+  // Damaged files cost cache misses, not the store (store_repair.h, docs/faults.md).
+  TURBOKV_ASSIGN_OR_RETURN(repair_, RepairIfDamaged(options_, clock_->NowSeconds()));
+  for (const std::string& f : repair_.findings) {
+    spdlog::error("data directory {} is damaged: {}", options_.data_dir, f);
+  }
+  if (repair_.access_rebuilt) {
+    spdlog::warn("access column family dropped and recreated: recency falls back to put times");
+  }
+  if (repair_.namespaces_rebuilt) spdlog::warn("namespace records rebuilt from their second copy");
+  if (repair_.salvaged) {
+    spdlog::warn("data directory {} salvaged from its value log: {} blocks recovered, {} dropped",
+                 options_.data_dir, repair_.salvaged_blocks, repair_.dropped_blocks);
+  }
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::Status s = rocksdb::DB::Open(format::DbOptions(options_), options_.data_dir,
+                                        format::Descriptors(options_), &handles, &db_);
+  TURBOKV_RETURN_IF_ERROR(FromRocksDb(s, absl::StrCat("open ", options_.data_dir)));
+  cf_default_ = handles[format::kDefault];
+  cf_blocks_ = handles[format::kBlocks];
+  cf_meta_ = handles[format::kMeta];
+  cf_access_ = handles[format::kAccess];
+  cf_namespaces_ = handles[format::kNamespaces];
+  cf_namespaces_copy_ = handles[format::kNamespacesCopy];
+  ValueLogOptions log_options;
+  log_options.dir = (fs::path(options_.data_dir) / format::kValuesDir).string();
+  log_options.segment_bytes = options_.segment_bytes;
+  log_options.sync = options_.durability == Durability::kFsync;
+  TURBOKV_ASSIGN_OR_RETURN(log_, ValueLog::Open(log_options));
+  namespaces_ = std::make_unique<NamespaceTable>(db_, cf_namespaces_, cf_namespaces_copy_,
+                                                 log_.get(), [this] {
+                                                   return AllocateSequences(1);
+                                                 });
+  TURBOKV_ASSIGN_OR_RETURN(policy_, MakeEvictionPolicy(options_.eviction_policy));
+  return absl::OkStatus();
+}
+
+absl::Status BlockStore::LoadSequenceMark() {
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_default_, kSequenceMarkKey, &v);
+  if (!s.ok() && !s.IsNotFound()) return FromRocksDb(s, "read the sequence mark");
+  const uint64_t mark = s.ok() && v.size() == 8 ? GetFixed64LE(v.data()) : 0;
+  sequence_mark_.store(mark);
+  next_sequence_.store(std::max<uint64_t>(mark, 1));
+  return absl::OkStatus();
+}
+
+uint64_t BlockStore::AllocateSequences(uint64_t n) {
+  const uint64_t first = next_sequence_.fetch_add(n);
+  if (first + n <= sequence_mark_.load()) return first;
+  std::lock_guard<std::mutex> l(sequence_mu_);
+  if (first + n <= sequence_mark_.load()) return first;
+  const uint64_t mark = first + n + kSequenceStep;
+  std::string v;
+  format::PutFixed64LE(&v, mark);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::Status s = db_->Put(wo, cf_default_, kSequenceMarkKey, v);
+  if (!s.ok()) {
+    // Only a crash before the next successful move could reuse sequences past the old mark;
+    // the records a crash leaves uncommitted are deallocated at the next open anyway.
+    spdlog::warn("cannot persist the write-sequence mark: {}", s.ToString());
+  }
+  sequence_mark_.store(mark);
+  return first;
+}
+
+absl::Status BlockStore::Recover() {
+  TURBOKV_RETURN_IF_ERROR(LoadSequenceMark());
+  const int64_t now = clock_->NowSeconds();
+  TURBOKV_RETURN_IF_ERROR(namespaces_->Load(now));
+  // Merge-join block_meta with access (same keys, same order).
+  std::vector<Recovered> entries;
+  std::vector<std::string> orphans;
+  std::vector<std::string> legacy;
+  uint64_t max_sequence = 0;
+  {
+    std::unique_ptr<rocksdb::Iterator> meta(db_->NewIterator(rocksdb::ReadOptions(), cf_meta_));
+    std::unique_ptr<rocksdb::Iterator> access(db_->NewIterator(rocksdb::ReadOptions(), cf_access_));
+    access->SeekToFirst();
+    for (meta->SeekToFirst(); meta->Valid(); meta->Next()) {
+      const rocksdb::Slice key = meta->key();
+      Recovered e;
+      if (key.size() < 8 + kMinBlockHashBytes || key.size() > 8 + kMaxBlockHashBytes ||
+          !format::DecodeMeta(meta->value().ToStringView(), &e.meta) ||
+          !namespaces_->Contains(GetFixed64BE(key.data()))) {
+        orphans.push_back(key.ToString());
+        continue;
+      }
+      e.key = key.ToString();
+      e.last_access = e.meta.put_time;
+      while (access->Valid() && access->key().compare(key) < 0) access->Next();
+      if (access->Valid() && access->key() == key &&
+          (access->value().size() == 8 || access->value().size() == 16)) {
+        e.last_access = std::max<int64_t>(
+            e.last_access, static_cast<int64_t>(GetFixed64LE(access->value().data())));
+        if (access->value().size() == 16) e.touch = GetFixed64LE(access->value().data() + 8);
+      }
+      // Written before the touch number existed: last use, one step per second.
+      if (e.touch == 0) e.touch = static_cast<uint64_t>(std::max<int64_t>(e.last_access, 0)) << 20;
+      if (!e.meta.in_log) {
+        legacy.push_back(std::move(e.key));
+        continue;
+      }
+      max_sequence = std::max(max_sequence, e.meta.sequence);
+      entries.push_back(std::move(e));
+    }
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(meta->status(), "scan block_meta"));
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(access->status(), "scan access"));
+  }
+  if (next_sequence_.load() <= max_sequence) next_sequence_.store(max_sequence + 1);
+  // Least recently used first: the policy is handed the blocks in the order they were last
+  // used, so it starts from the order the store had.
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Recovered& a, const Recovered& b) { return a.touch < b.touch; });
+  uint64_t lost = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const Recovered& e : entries) {
+      RecordLocation where;
+      where.segment = e.meta.segment;
+      where.page = e.meta.page;
+      where.value_bytes = static_cast<uint32_t>(e.meta.value_bytes);
+      where.hash_bytes = static_cast<uint8_t>(e.key.size() - 8);
+      if (e.meta.value_bytes > UINT32_MAX || !log_->MarkLive(where)) {
+        orphans.push_back(e.key);  // its value-log record is gone
+        ++lost;
+        continue;
+      }
+      const uint64_t ns = GetFixed64BE(e.key.data());
+      const uint32_t slot =
+          index_.Insert(ns, std::string_view(e.key).substr(8), e.meta.sequence, where,
+                        static_cast<uint32_t>(std::max<int64_t>(e.last_access, 0)));
+      policy_->OnInsert(slot, kNoSlot,
+                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
+                                                                 UINT32_MAX)),
+                        /*tenant=*/0, RequestInfo{});
+      if (namespaces_->TtlSeconds(ns) != 0) {
+        ++ttl_blocks_;
+        QueueExpiry(slot);
+      }
+    }
+    next_touch_ = entries.empty() ? 1 : entries.back().touch + 1;
+  }
+  if (lost > 0) {
+    repair_.dropped_blocks += lost;
+    repair_.findings.push_back(absl::StrCat(lost, " blocks have no value-log record (a "
+                                            "segment cut short or removed): dropped"));
+    spdlog::error("data directory {} is damaged: {}", options_.data_dir, repair_.findings.back());
+  }
+  if (!orphans.empty()) {
+    rocksdb::WriteBatch batch;
+    for (const std::string& k : orphans) {
+      for (rocksdb::ColumnFamilyHandle* cf : {cf_meta_, cf_access_, cf_blocks_}) {
+        TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Delete(cf, k), "batch delete"));
+      }
+    }
+    TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
+  }
+  if (const uint64_t freed = log_->ReclaimGarbage(); freed > 0) {
+    spdlog::info("value log: {} bytes no block references deallocated (writes a crash left "
+                 "uncommitted, deallocations it interrupted)", freed);
+  }
+  return MigrateLegacyValues(std::move(legacy));
+}
+
+absl::Status BlockStore::MigrateLegacyValues(std::vector<std::string> keys) {
+  if (keys.empty()) return absl::OkStatus();
+  spdlog::info("migrating {} blocks of a store written before the value log into {}/{}",
+               keys.size(), options_.data_dir, format::kValuesDir);
+  const int64_t now = clock_->NowSeconds();
+  uint64_t moved = 0, dropped = 0;
+  for (size_t begin = 0; begin < keys.size(); begin += kMigrationBatchKeys) {
+    // One batch: read the values, append them, commit their new metadata.
+    std::vector<rocksdb::Slice> slices;
+    for (size_t i = begin; i < std::min(keys.size(), begin + kMigrationBatchKeys); ++i) {
+      slices.emplace_back(keys[i]);
+    }
+    std::vector<rocksdb::PinnableSlice> values(slices.size());
+    std::vector<rocksdb::Status> statuses(slices.size());
+    db_->MultiGet(rocksdb::ReadOptions(), cf_blocks_, slices.size(), slices.data(),
+                  values.data(), statuses.data());
+    std::vector<RecordWrite> records;
+    std::vector<size_t> of;  // records[k] is slices[of[k]]
+    rocksdb::WriteBatch batch;
+    for (size_t j = 0; j < slices.size(); ++j) {
+      const std::string_view v = values[j].ToStringView();
+      std::string meta_value;
+      format::MetaValue m;
+      const bool ok =
+          statuses[j].ok() &&
+          db_->Get(rocksdb::ReadOptions(), cf_meta_, slices[j], &meta_value).ok() &&
+          format::DecodeMeta(meta_value, &m) &&
+          verifier_(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                              v.size()))
+              .ok() &&
+          (m.checksum == 0 || TrailerOf(v) == m.checksum);
+      if (!ok) {
+        for (rocksdb::ColumnFamilyHandle* cf : {cf_meta_, cf_access_, cf_blocks_}) {
+          TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Delete(cf, slices[j]), "batch delete"));
+        }
+        ++dropped;
+        continue;
+      }
+      RecordWrite w;
+      w.namespace_id = GetFixed64BE(slices[j].data());
+      w.hash = std::string_view(slices[j].data() + 8, slices[j].size() - 8);
+      w.value = v;
+      w.put_time = m.put_time;
+      w.checksum = TrailerOf(v);
+      records.push_back(w);
+      of.push_back(j);
+    }
+    const uint64_t first = AllocateSequences(records.size());
+    for (size_t k = 0; k < records.size(); ++k) records[k].sequence = first + k;
+    TURBOKV_ASSIGN_OR_RETURN(std::vector<RecordLocation> placed, log_->Append(records));
+    for (size_t k = 0; k < records.size(); ++k) {
+      format::MetaValue m;
+      m.value_bytes = records[k].value.size();
+      m.put_time = records[k].put_time;
+      m.checksum = records[k].checksum;
+      m.in_log = true;
+      m.segment = placed[k].segment;
+      m.page = placed[k].page;
+      m.sequence = records[k].sequence;
+      TURBOKV_RETURN_IF_ERROR(
+          FromRocksDb(batch.Put(cf_meta_, slices[of[k]], format::EncodeMeta(m)), "batch put"));
+      TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch.Delete(cf_blocks_, slices[of[k]]), "delete"));
+    }
+    if (absl::Status s = Write(&batch, /*durable=*/true); !s.ok()) {
+      for (const RecordLocation& p : placed) log_->Erase(p);
+      return s;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t k = 0; k < records.size(); ++k) {
+      const uint32_t slot = index_.Insert(records[k].namespace_id, records[k].hash,
+                                          records[k].sequence, placed[k],
+                                          static_cast<uint32_t>(std::max<int64_t>(now, 0)));
+      policy_->OnInsert(slot, kNoSlot,
+                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
+                                                                 UINT32_MAX)),
+                        /*tenant=*/0, RequestInfo{});
+      if (namespaces_->TtlSeconds(records[k].namespace_id) != 0) {
+        ++ttl_blocks_;
+        QueueExpiry(slot);
+      }
+    }
+    moved += records.size();
+  }
+  // The legacy blob files hold only garbage now: a compaction lets RocksDB delete them.
+  rocksdb::CompactRangeOptions compact;
+  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  (void)db_->CompactRange(compact, cf_blocks_, nullptr, nullptr);
+  spdlog::info("migrated {} blocks into the value log ({} failed verification and were dropped)",
+               moved, dropped);
+  return absl::OkStatus();
+}
+
+BlockStore::~BlockStore() {
+  {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (maintenance_.joinable()) maintenance_.join();
+  if (db_ != nullptr) CloseDb();
+  if (dir_lock_fd_ >= 0) ::close(dir_lock_fd_);  // the lock goes with the descriptor
+}
+
+void BlockStore::CloseDb() {
+  if (namespaces_ != nullptr) (void)FlushAccessTimes();
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  std::vector<rocksdb::ColumnFamilyHandle*> all = {cf_default_, cf_blocks_,     cf_meta_,
+                                                   cf_access_,  cf_namespaces_, cf_namespaces_copy_};
+  all.erase(std::remove(all.begin(), all.end(), nullptr), all.end());
+  (void)db_->Flush(flush, all);
+  for (rocksdb::ColumnFamilyHandle* h : all) (void)db_->DestroyColumnFamilyHandle(h);
+  namespaces_.reset();
+  (void)db_->Close();
+  delete db_;
+  db_ = nullptr;
+  log_.reset();
+}
+
+absl::Status BlockStore::FlushAccessTimes() {
+  rocksdb::WriteBatch batch;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (dirty_access_.empty()) return absl::OkStatus();
+    for (const auto& [slot, d] : dirty_access_) {
+      const BlockEntry& e = index_.at(slot);
+      if (e.sequence != d.sequence) continue;  // gone (and its slot reused) since
+      std::string key;
+      format::PutFixed64BE(&key, index_.NamespaceId(e.namespace_slot));
+      key.append(e.hash_view());
+      TURBOKV_RETURN_IF_ERROR(
+          FromRocksDb(batch.Put(cf_access_, key, EncodeAccess(e.last_access, d.touch)),
+                      "batch put"));
+    }
+    dirty_access_.clear();
+  }
+  return Write(&batch, /*durable=*/false);
+}
+
+void BlockStore::MeasureDisk() {
+  const DiskUsage usage = disk_.Measure(*log_);
+  std::lock_guard<std::mutex> l(mu_);
+  disk_usage_ = usage;
+  // The value log and RocksDB's data files count against the capacity; the charges estimate
+  // the metadata, and what RocksDB holds beyond the estimates (its WAL, SSTs not yet
+  // compacted) is counted here.
+  const uint64_t allocated = usage.counted();
+  const uint64_t charged = index_.used_bytes() + std::max<int64_t>(reserved_bytes_, 0);
+  disk_overhead_bytes_ = allocated > charged ? allocated - charged : 0;
+}
+
+absl::Status BlockStore::RunMaintenance() {
+  const int64_t now = clock_->NowSeconds();
+  if (disk_.TryResume(db_, now)) {
+    std::lock_guard<std::mutex> l(mu_);
+    ++write_resumes_;
+  }
+  MeasureDisk();
+  // The expiry queue hands out what is due, a slice at a time: no scan of the index, and the
+  // index lock is held only to take a slice.
+  constexpr size_t kSlice = 1024;
+  for (;;) {
+    std::vector<std::string> due;
+    size_t taken = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      const std::vector<ExpiryQueue::Item> items = expiry_.PopDue(now, kSlice);
+      taken = items.size();
+      for (const ExpiryQueue::Item& it : items) {
+        if (it.slot >= index_.slot_limit()) continue;
+        const BlockEntry& e = index_.at(it.slot);
+        if (e.sequence != it.sequence || !Expired(it.slot, now)) continue;
+        std::string key;
+        format::PutFixed64BE(&key, index_.NamespaceId(e.namespace_slot));
+        key.append(e.hash_view());
+        due.push_back(std::move(key));
+      }
+    }
+    if (!due.empty()) {
+      TURBOKV_ASSIGN_OR_RETURN(uint64_t n, DeleteKeys(std::move(due), /*only_expired_at=*/now));
+      std::lock_guard<std::mutex> l(mu_);
+      expired_blocks_ += n;
+    }
+    if (taken < kSlice) break;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (expiry_.size() > 2 * ttl_blocks_ + 1024) {
+      expiry_.Compact([&](const ExpiryQueue::Item& it) {
+        return it.slot < index_.slot_limit() && index_.at(it.slot).sequence == it.sequence &&
+               ExpiryOf(it.slot) == it.expire_at;
+      });
+    }
+  }
+  return FlushAccessTimes();
+}
+
+void BlockStore::MaintenanceLoop() {
+  std::unique_lock<std::mutex> l(stop_mu_);
+  while (!stop_) {
+    stop_cv_.wait_for(l, std::chrono::milliseconds(options_.maintenance_interval_ms));
+    if (stop_) break;
+    l.unlock();
+    (void)RunMaintenance();  // errors surface again on the next request's write
+    l.lock();
+  }
+}
+
+absl::Status BlockStore::LockDataDir() {
+  const std::string path = (fs::path(options_.data_dir) / format::kDirLockFile).string();
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open the lock file ", path, ": ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[32] = {};
+    const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string pid(holder, n > 0 ? static_cast<size_t>(n) : 0);
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data directory ", options_.data_dir, " is in use by another turbokv-server",
+          pid.empty() ? std::string() : absl::StrCat(" (pid ", pid, ")"),
+          "; stop it or choose another --data-dir"));
+    }
+    return absl::UnavailableError(absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    spdlog::warn("cannot write this process's pid into {}: {}", path, std::strerror(errno));
+  }
+  dir_lock_fd_ = fd;
+  return absl::OkStatus();
+}
+
+}  // namespace turbokv::server
