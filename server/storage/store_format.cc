@@ -9,7 +9,7 @@
 namespace turbokv::server::format {
 
 uint64_t WriteBufferBytes(const StorageOptions& options) {
-  return std::clamp<uint64_t>(options.capacity_bytes / 256, uint64_t{1} << 20, uint64_t{16} << 20);
+  return std::clamp<uint64_t>(options.capacity_bytes / 256, uint64_t{256} << 10, uint64_t{16} << 20);
 }
 
 rocksdb::DBOptions DbOptions(const StorageOptions& options) {

@@ -113,7 +113,7 @@ inline std::string EncodeAccess(int64_t last_access, uint64_t recency) {
   return v;
 }
 
-// Memtable of each metadata column family: 1/256 of the capacity within [1 MiB, 16 MiB]. Only
+// Memtable of each metadata column family: 1/256 of the capacity within [256 KiB, 16 MiB]. Only
 // metadata goes through RocksDB (about 150 bytes a block), so the WAL and memtables (counted
 // against the capacity) stay a small part of a small store's budget.
 uint64_t WriteBufferBytes(const StorageOptions& options);
