@@ -38,14 +38,6 @@ constexpr uint64_t kSequenceStep = uint64_t{1} << 20;
 // Legacy values are migrated this many at a time (a block is at most a few MiB).
 constexpr size_t kMigrationBatchKeys = 16;
 
-// A block_meta entry as recovery finds it.
-struct Recovered {
-  std::string key;
-  format::MetaValue meta;
-  int64_t last_access = 0;
-  uint64_t touch = 0;  // restart order (older first)
-};
-
 }  // namespace
 
 BlockStore::BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock)
@@ -152,79 +144,85 @@ absl::Status BlockStore::Recover() {
   TURBOKV_RETURN_IF_ERROR(LoadSequenceMark());
   const int64_t now = clock_->NowSeconds();
   TURBOKV_RETURN_IF_ERROR(namespaces_->Load(now));
-  // Merge-join block_meta with access (same keys, same order).
-  std::vector<Recovered> entries;
+  // Merge-join block_meta with access (same keys, same order), straight into the index: a
+  // block costs its index entry and 16 bytes of restart order here, nothing more.
+  std::vector<std::pair<uint64_t, uint32_t>> order;  // (touch, slot): the restart order
   std::vector<std::string> orphans;
   std::vector<std::string> legacy;
-  uint64_t max_sequence = 0;
+  uint64_t max_sequence = 0, lost = 0;
   {
     std::unique_ptr<rocksdb::Iterator> meta(db_->NewIterator(rocksdb::ReadOptions(), cf_meta_));
     std::unique_ptr<rocksdb::Iterator> access(db_->NewIterator(rocksdb::ReadOptions(), cf_access_));
     access->SeekToFirst();
+    uint64_t cached_ns = 0;
+    bool cached_known = false;
+    uint32_t cached_ttl = 0;
+    std::lock_guard<std::mutex> l(mu_);
     for (meta->SeekToFirst(); meta->Valid(); meta->Next()) {
       const rocksdb::Slice key = meta->key();
-      Recovered e;
-      if (key.size() < 8 + kMinBlockHashBytes || key.size() > 8 + kMaxBlockHashBytes ||
-          !format::DecodeMeta(meta->value().ToStringView(), &e.meta) ||
-          !namespaces_->Contains(GetFixed64BE(key.data()))) {
+      format::MetaValue m;
+      const bool well_formed = key.size() >= 8 + kMinBlockHashBytes &&
+                               key.size() <= 8 + kMaxBlockHashBytes &&
+                               format::DecodeMeta(meta->value().ToStringView(), &m);
+      const uint64_t ns = well_formed ? GetFixed64BE(key.data()) : 0;
+      if (well_formed && (ns != cached_ns || !cached_known)) {
+        cached_ns = ns;
+        cached_known = namespaces_->Contains(ns);
+        cached_ttl = namespaces_->TtlSeconds(ns);
+      }
+      if (!well_formed || !cached_known) {
         orphans.push_back(key.ToString());
         continue;
       }
-      e.key = key.ToString();
-      e.last_access = e.meta.put_time;
+      int64_t last_access = m.put_time;
+      uint64_t touch = 0;
       while (access->Valid() && access->key().compare(key) < 0) access->Next();
       if (access->Valid() && access->key() == key &&
           (access->value().size() == 8 || access->value().size() == 16)) {
-        e.last_access = std::max<int64_t>(
-            e.last_access, static_cast<int64_t>(GetFixed64LE(access->value().data())));
-        if (access->value().size() == 16) e.touch = GetFixed64LE(access->value().data() + 8);
+        last_access = std::max<int64_t>(
+            last_access, static_cast<int64_t>(GetFixed64LE(access->value().data())));
+        if (access->value().size() == 16) touch = GetFixed64LE(access->value().data() + 8);
       }
       // Written before the touch number existed: last use, one step per second.
-      if (e.touch == 0) e.touch = static_cast<uint64_t>(std::max<int64_t>(e.last_access, 0)) << 20;
-      if (!e.meta.in_log) {
-        legacy.push_back(std::move(e.key));
+      if (touch == 0) touch = static_cast<uint64_t>(std::max<int64_t>(last_access, 0)) << 20;
+      if (!m.in_log) {
+        legacy.push_back(key.ToString());
         continue;
       }
-      max_sequence = std::max(max_sequence, e.meta.sequence);
-      entries.push_back(std::move(e));
-    }
-    TURBOKV_RETURN_IF_ERROR(FromRocksDb(meta->status(), "scan block_meta"));
-    TURBOKV_RETURN_IF_ERROR(FromRocksDb(access->status(), "scan access"));
-  }
-  if (next_sequence_.load() <= max_sequence) next_sequence_.store(max_sequence + 1);
-  // Least recently used first: the policy is handed the blocks in the order they were last
-  // used, so it starts from the order the store had.
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Recovered& a, const Recovered& b) { return a.touch < b.touch; });
-  uint64_t lost = 0;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (const Recovered& e : entries) {
       RecordLocation where;
-      where.segment = e.meta.segment;
-      where.page = e.meta.page;
-      where.value_bytes = static_cast<uint32_t>(e.meta.value_bytes);
-      where.hash_bytes = static_cast<uint8_t>(e.key.size() - 8);
-      if (e.meta.value_bytes > UINT32_MAX || !log_->MarkLive(where)) {
-        orphans.push_back(e.key);  // its value-log record is gone
+      where.segment = m.segment;
+      where.page = m.page;
+      where.value_bytes = static_cast<uint32_t>(m.value_bytes);
+      where.hash_bytes = static_cast<uint8_t>(key.size() - 8);
+      if (m.value_bytes > UINT32_MAX || !log_->MarkLive(where)) {
+        orphans.push_back(key.ToString());  // its value-log record is gone
         ++lost;
         continue;
       }
-      const uint64_t ns = GetFixed64BE(e.key.data());
+      max_sequence = std::max(max_sequence, m.sequence);
       const uint32_t slot =
-          index_.Insert(ns, std::string_view(e.key).substr(8), e.meta.sequence, where,
-                        static_cast<uint32_t>(std::max<int64_t>(e.last_access, 0)));
-      policy_->OnInsert(slot, kNoSlot,
-                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
-                                                                 UINT32_MAX)),
-                        /*tenant=*/0, RequestInfo{});
-      if (namespaces_->TtlSeconds(ns) != 0) {
+          index_.Insert(ns, std::string_view(key.data() + 8, key.size() - 8), m.sequence, where,
+                        static_cast<uint32_t>(std::max<int64_t>(last_access, 0)));
+      order.emplace_back(touch, slot);
+      if (cached_ttl != 0) {
         ++ttl_blocks_;
         QueueExpiry(slot);
       }
     }
-    next_touch_ = entries.empty() ? 1 : entries.back().touch + 1;
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(meta->status(), "scan block_meta"));
+    TURBOKV_RETURN_IF_ERROR(FromRocksDb(access->status(), "scan access"));
+    // Least recently used first: the policy is handed the blocks in the order they were last
+    // used, so it starts from the order the store had.
+    std::sort(order.begin(), order.end());
+    for (const auto& [touch, slot] : order) {
+      policy_->OnInsert(slot, kNoSlot,
+                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
+                                                                 UINT32_MAX)),
+                        /*tenant=*/0, RequestInfo{});
+    }
+    next_touch_ = order.empty() ? 1 : order.back().first + 1;
   }
+  if (next_sequence_.load() <= max_sequence) next_sequence_.store(max_sequence + 1);
   if (lost > 0) {
     repair_.dropped_blocks += lost;
     repair_.findings.push_back(absl::StrCat(lost, " blocks have no value-log record (a "
