@@ -123,9 +123,10 @@ int main(int argc, char** argv) {
       "Evict the eviction policy's least valuable unleased blocks down to this fraction")
       ->check(CLI::Range(0.01, 1.0));
   add("--eviction-policy", options.storage.eviction_policy,
-      "Which blocks go first when the store is full: chain (knows the prefix tree: a chain's "
-      "tail before its head, blocks many chains share last; docs/cache.md) or lru")
-      ->check(CLI::IsMember({"chain", "lru"}));
+      "Which blocks go first when the store is full: lrfu (knows the prefix tree: a chain's "
+      "tail before its head; recency and frequency weighed with a half-life it tunes itself; "
+      "docs/cache.md) or lru (least recently used, in chain order)")
+      ->check(CLI::IsMember({"lrfu", "lru"}));
   add("--segment-bytes", segment_bytes,
       "Size at which a value-log segment file is closed and the next one started (1MiB..4GiB)");
   add("--durability", durability,

@@ -13,6 +13,7 @@
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
 #include "spdlog/spdlog.h"
+#include "xxhash.h"
 #include "turbokv/codec/status_macros.h"
 
 namespace turbokv::server {
@@ -101,9 +102,14 @@ void BlockStore::Touched(uint32_t slot, int64_t now, bool refresh_access_time) {
   dirty_access_[slot] = Dirty{e.sequence, next_touch_++};
 }
 
-void BlockStore::Forget(uint32_t slot) {
+uint64_t BlockStore::Fingerprint(uint32_t slot) const {
+  const std::string_view hash = index_.at(slot).hash_view();
+  return XXH3_64bits_withSeed(hash.data(), hash.size(), index_.namespace_id(slot));
+}
+
+void BlockStore::Forget(uint32_t slot, EraseReason reason) {
   if (namespaces_->TtlSeconds(index_.namespace_id(slot)) != 0 && ttl_blocks_ > 0) --ttl_blocks_;
-  policy_->OnErase(slot);
+  policy_->OnErase(slot, Fingerprint(slot), reason);
   leases_.erase(slot);
   dirty_access_.erase(slot);
   index_.Erase(slot);
@@ -189,7 +195,7 @@ absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
     std::lock_guard<std::mutex> l(mu_);
     for (const Superseded& b : blocks) {
       if (index_.at(b.slot).sequence != b.sequence) continue;
-      Forget(b.slot);
+      Forget(b.slot, EraseReason::kDeleted);
       ++dropped;
     }
     return written;
@@ -414,14 +420,14 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   reserved_bytes_ -= reserved;
   for (const Superseded& v : victims) {
     if (index_.at(v.slot).sequence != v.sequence) continue;
-    Forget(v.slot);
+    Forget(v.slot, EraseReason::kEvicted);
     if (s.ok()) {
       evicted_blocks_ += 1;
       evicted_bytes_ += BlockCharge(v.location);
     }
   }
   for (const Superseded& o : overwritten) {
-    if (index_.at(o.slot).sequence == o.sequence) Forget(o.slot);
+    if (index_.at(o.slot).sequence == o.sequence) Forget(o.slot, EraseReason::kDeleted);
   }
   if (!s.ok()) {
     for (size_t i : accepted) results[i] = s;
@@ -453,7 +459,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       }
       RequestInfo info = InfoFor(*chain, now);
       info.last_in_call = k + 1 == accepted.size();
-      policy_->OnInsert(slot, parent,
+      policy_->OnInsert(slot, parent, Fingerprint(slot),
                         static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
                                                                  UINT32_MAX)),
                         /*tenant=*/0, info);
@@ -561,7 +567,7 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
       leases_.erase(p.slot);
       Touched(p.slot, now, /*refresh_access_time=*/true);
       QueueExpiry(p.slot);
-      policy_->OnHit(p.slot, parent, InfoFor(*chain, now));
+      policy_->OnHit(p.slot, parent, Fingerprint(p.slot), InfoFor(*chain, now));
       chain->last_slot = p.slot;
       chain->last_sequence = p.sequence;
     }
@@ -618,7 +624,7 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
           index_.at(cursor.last_slot).sequence == cursor.last_sequence) {
         parent = cursor.last_slot;
       }
-      policy_->OnHit(slot, parent, InfoFor(cursor, now));
+      policy_->OnHit(slot, parent, Fingerprint(slot), InfoFor(cursor, now));
       Touched(slot, now, /*refresh_access_time=*/false);
       cursor.last_slot = slot;
       cursor.last_sequence = index_.at(slot).sequence;
@@ -677,7 +683,9 @@ absl::StatusOr<uint64_t> BlockStore::DeleteKeys(std::vector<std::string> keys,
   }
   l.lock();
   for (const Superseded& g : gone) {
-    if (index_.at(g.slot).sequence == g.sequence) Forget(g.slot);
+    if (index_.at(g.slot).sequence == g.sequence) {
+      Forget(g.slot, only_expired_at != 0 ? EraseReason::kExpired : EraseReason::kDeleted);
+    }
   }
   ReleaseKeys(keys);
   if (!s.ok()) return s;

@@ -242,7 +242,10 @@ class BlockStore {
   // persist. Requires mu_.
   void Touched(uint32_t slot, int64_t now, bool refresh_access_time);
   // Removes a block from the index, the policy and the side tables. Requires mu_.
-  void Forget(uint32_t slot);
+  // A 64-bit hash of the block's storage key (namespace id, block hash): the policy's name for
+  // it across evictions (EvictionPolicy::OnInsert).
+  uint64_t Fingerprint(uint32_t slot) const;
+  void Forget(uint32_t slot, EraseReason reason);
   // Claims keys for a write: waits on busy_cv_ while any is claimed by another writer, then
   // marks them all. Requires mu_ (held by `l`). ReleaseKeys requires mu_.
   void AcquireKeys(std::unique_lock<std::mutex>& l, const std::vector<std::string>& keys);

@@ -106,7 +106,7 @@ absl::Status BlockStore::OpenDb() {
                                                  log_.get(), [this] {
                                                    return AllocateSequences(1);
                                                  });
-  TURBOKV_ASSIGN_OR_RETURN(policy_, MakeEvictionPolicy(options_.eviction_policy));
+  TURBOKV_ASSIGN_OR_RETURN(policy_, MakeEvictionPolicy(options_.eviction_policy, options_.capacity_bytes));
   return absl::OkStatus();
 }
 
@@ -215,7 +215,7 @@ absl::Status BlockStore::Recover() {
     // used, so it starts from the order the store had.
     std::sort(order.begin(), order.end());
     for (const auto& [touch, slot] : order) {
-      policy_->OnInsert(slot, kNoSlot,
+      policy_->OnInsert(slot, kNoSlot, Fingerprint(slot),
                         static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
                                                                  UINT32_MAX)),
                         /*tenant=*/0, RequestInfo{});
@@ -317,7 +317,7 @@ absl::Status BlockStore::MigrateLegacyValues(std::vector<std::string> keys) {
       const uint32_t slot = index_.Insert(records[k].namespace_id, records[k].hash,
                                           records[k].sequence, placed[k],
                                           static_cast<uint32_t>(std::max<int64_t>(now, 0)));
-      policy_->OnInsert(slot, kNoSlot,
+      policy_->OnInsert(slot, kNoSlot, Fingerprint(slot),
                         static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
                                                                  UINT32_MAX)),
                         /*tenant=*/0, RequestInfo{});

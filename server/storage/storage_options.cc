@@ -38,9 +38,9 @@ absl::Status StorageOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "storage.segment_bytes must be in [1 MiB, 4 GiB], got ", segment_bytes));
   }
-  if (eviction_policy != "chain" && eviction_policy != "lru") {
+  if (eviction_policy != "lrfu" && eviction_policy != "lru") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "storage.eviction_policy \"", eviction_policy, "\" is not one of chain, lru"));
+        "storage.eviction_policy \"", eviction_policy, "\" is not one of lrfu, lru"));
   }
   if (maintenance_interval_ms < 0) {
     return absl::InvalidArgumentError("storage.maintenance_interval_ms must be >= 0");

@@ -35,9 +35,10 @@ struct StorageOptions {
   // an evicted block's space back at once, so the store can run close to full).
   double high_watermark = 0.98;
   double low_watermark = 0.97;
-  // Which blocks go first when the store is full (eviction_policy.h): "chain" (prefix-tree
-  // aware, the default) or "lru". Default: "chain".
-  std::string eviction_policy = "chain";
+  // Which blocks go first when the store is full (eviction_policy.h): "lrfu" (prefix-tree
+  // aware, recency and frequency with an adaptive half-life; lrfu_policy.h) or "lru" (the
+  // order before issue 21). Default: "lrfu".
+  std::string eviction_policy = "lrfu";
   // Default: kWal.
   Durability durability = Durability::kWal;
   // Bytes preallocated in <data_dir>/RESERVE and released when the disk fills (so RocksDB can

@@ -1,6 +1,15 @@
 # Unit tests of the server: storage (value log, block store, index, repair), options, namespace
 # registry.
 include(GoogleTest)
+if(TARGET turbokv_server_eviction)
+  find_package(nlohmann_json 3 CONFIG REQUIRED)
+  add_executable(eviction_unit_tests ${CMAKE_SOURCE_DIR}/tests/unit/storage_eviction_policy_test.cc)
+  target_compile_definitions(eviction_unit_tests PRIVATE
+                             TURBOKV_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  target_link_libraries(eviction_unit_tests PRIVATE turbokv::server_eviction
+                        nlohmann_json::nlohmann_json GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(eviction_unit_tests PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)
+endif()
 if(TARGET turbokv_server_storage)
   find_package(RocksDB CONFIG REQUIRED)
   add_executable(storage_unit_tests

@@ -1,0 +1,367 @@
+#include "server/storage/lrfu_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace turbokv::server {
+namespace {
+
+// Node and ghost keys are floats relative to a base; the base follows the clock every this many
+// accesses (or every 4 turnovers when that is longer) so keys stay small.
+constexpr double kRebaseAccesses = 1 << 22;
+
+}  // namespace
+
+absl::Status LrfuOptions::Validate() const {
+  if (half_lives.empty()) return absl::InvalidArgumentError("half_lives is empty");
+  for (double h : half_lives) {
+    if (!(h >= 0) || !std::isfinite(h)) {
+      return absl::InvalidArgumentError(absl::StrCat("half-life ", h, " is not a finite >= 0"));
+    }
+  }
+  if (std::find(half_lives.begin(), half_lives.end(), initial_half_life) == half_lives.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial_half_life ", initial_half_life, " is not in half_lives"));
+  }
+  if (!(ghost_ratio >= 0) || ghost_ratio > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("ghost_ratio ", ghost_ratio, " not in [0, 64]"));
+  }
+  if (shadow_blocks == 0) return absl::InvalidArgumentError("shadow_blocks is 0");
+  if (!(epoch_turnovers > 0) || !std::isfinite(epoch_turnovers)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch_turnovers ", epoch_turnovers, " is not a finite > 0"));
+  }
+  return absl::OkStatus();
+}
+
+LrfuPolicy::LrfuPolicy(LrfuOptions options) : options_(std::move(options)) {
+  if (!options_.Validate().ok()) {
+    // Field by field: keep what is valid.
+    const LrfuOptions defaults;
+    LrfuOptions half_lives_only = defaults;
+    half_lives_only.half_lives = options_.half_lives;
+    half_lives_only.initial_half_life = options_.initial_half_life;
+    if (!half_lives_only.Validate().ok()) {
+      options_.half_lives = defaults.half_lives;
+      options_.initial_half_life = defaults.initial_half_life;
+    }
+    if (!(options_.ghost_ratio >= 0) || options_.ghost_ratio > 64) {
+      options_.ghost_ratio = defaults.ghost_ratio;
+    }
+    if (options_.shadow_blocks == 0) options_.shadow_blocks = defaults.shadow_blocks;
+    if (!(options_.epoch_turnovers > 0) || !std::isfinite(options_.epoch_turnovers)) {
+      options_.epoch_turnovers = defaults.epoch_turnovers;
+    }
+  }
+  half_life_ = options_.initial_half_life;
+  shadows_.reserve(options_.half_lives.size());
+  for (double h : options_.half_lives) shadows_.emplace_back(h, options_.ghost_ratio);
+}
+
+double LrfuPolicy::sample_rate() const { return std::ldexp(1.0, -static_cast<int>(sample_shift_)); }
+
+double LrfuPolicy::CapacityBlocks() const {
+  if (options_.capacity_bytes == 0 || blocks_ == 0) {
+    return std::max<double>(1, static_cast<double>(blocks_));
+  }
+  const double mean_charge =
+      std::max(1.0, static_cast<double>(bytes_) / static_cast<double>(blocks_));
+  return std::max(1.0, static_cast<double>(options_.capacity_bytes) / mean_charge);
+}
+
+double LrfuPolicy::HalfLifeAccesses() const {
+  return std::max(1.0, half_life_ * CapacityBlocks());
+}
+
+uint32_t LrfuPolicy::ParentOf(uint32_t slot) const {
+  const uint32_t p = nodes_[slot].parent;
+  if (p == kNoSlot || !Live(p) || nodes_[p].gen != nodes_[slot].parent_gen) return kNoSlot;
+  return p;
+}
+
+void LrfuPolicy::AddChild(uint32_t parent) {
+  Node& p = nodes_[parent];
+  if (IsLeaf(parent)) {
+    HeapRemove(parent);
+    p.charge_leaf &= ~kLeafBit;
+    p.pos_or_children = 1;
+  } else {
+    ++p.pos_or_children;
+  }
+}
+
+void LrfuPolicy::RemoveChild(uint32_t parent) {
+  Node& p = nodes_[parent];
+  // A leaf here, or a count already 0, means a stale link that matched a reused slot after 128
+  // generations: leave that node alone.
+  if (IsLeaf(parent) || p.pos_or_children == 0) return;
+  if (--p.pos_or_children == 0) {
+    p.charge_leaf |= kLeafBit;
+    HeapPush(parent);
+  }
+}
+
+void LrfuPolicy::Link(uint32_t slot, uint32_t parent) {
+  if (parent == slot || !Live(parent) || ParentOf(slot) == parent) return;
+  Unlink(slot);
+  nodes_[slot].parent = parent;
+  nodes_[slot].parent_gen = nodes_[parent].gen;
+  AddChild(parent);
+}
+
+void LrfuPolicy::Unlink(uint32_t slot) {
+  if (const uint32_t p = ParentOf(slot); p != kNoSlot) RemoveChild(p);
+  nodes_[slot].parent = kNoSlot;
+}
+
+void LrfuPolicy::SiftUp(size_t pos) {
+  const uint32_t s = heap_[pos];
+  const float key = nodes_[s].key;
+  while (pos > 0) {
+    const size_t up = (pos - 1) / 2;
+    if (!(key < nodes_[heap_[up]].key)) break;
+    heap_[pos] = heap_[up];
+    nodes_[heap_[pos]].pos_or_children = static_cast<uint32_t>(pos);
+    pos = up;
+  }
+  heap_[pos] = s;
+  nodes_[s].pos_or_children = static_cast<uint32_t>(pos);
+}
+
+void LrfuPolicy::SiftDown(size_t pos) {
+  const uint32_t s = heap_[pos];
+  const float key = nodes_[s].key;
+  const size_t n = heap_.size();
+  while (true) {
+    size_t child = 2 * pos + 1;
+    if (child >= n) break;
+    if (child + 1 < n && nodes_[heap_[child + 1]].key < nodes_[heap_[child]].key) ++child;
+    if (!(nodes_[heap_[child]].key < key)) break;
+    heap_[pos] = heap_[child];
+    nodes_[heap_[pos]].pos_or_children = static_cast<uint32_t>(pos);
+    pos = child;
+  }
+  heap_[pos] = s;
+  nodes_[s].pos_or_children = static_cast<uint32_t>(pos);
+}
+
+void LrfuPolicy::HeapPush(uint32_t slot) {
+  heap_.push_back(slot);
+  SiftUp(heap_.size() - 1);
+}
+
+void LrfuPolicy::HeapRemove(uint32_t slot) {
+  const size_t pos = nodes_[slot].pos_or_children;
+  const uint32_t last = heap_.back();
+  heap_.pop_back();
+  if (last == slot) return;
+  heap_[pos] = last;
+  nodes_[last].pos_or_children = static_cast<uint32_t>(pos);
+  HeapFix(last);
+}
+
+void LrfuPolicy::HeapFix(uint32_t slot) {
+  SiftUp(nodes_[slot].pos_or_children);
+  SiftDown(nodes_[slot].pos_or_children);
+}
+
+void LrfuPolicy::Rescale(double from, double to) {
+  if (from == to) return;
+  for (uint32_t s = 0; s < nodes_.size(); ++s) {
+    if (Live(s)) SetKey(s, lrfu::RescaleKey(AbsKey(s), clock_, from, to));
+  }
+  const double base = base_;
+  const double now = clock_;
+  ghosts_.TransformKeys([&](float k) {
+    return static_cast<float>(lrfu::RescaleKey(base + k, now, from, to) - base);
+  });
+}
+
+void LrfuPolicy::Rebase() {
+  const auto shift = static_cast<float>(clock_ - base_);
+  for (uint32_t s = 0; s < nodes_.size(); ++s) {
+    if (Live(s)) nodes_[s].key -= shift;
+  }
+  ghosts_.TransformKeys([shift](float k) { return k - shift; });
+  base_ += shift;
+}
+
+void LrfuPolicy::Sample(uint64_t mixed, uint64_t request, bool last_in_call, uint32_t charge) {
+  const double cap_blocks = CapacityBlocks();
+  // Lower the rate (never raise it: the blocks it dropped are gone) while a shadow would hold
+  // more than shadow_blocks.
+  uint32_t shift = sample_shift_;
+  while (shift < 32 && std::ldexp(cap_blocks, -static_cast<int>(shift)) > options_.shadow_blocks) {
+    ++shift;
+  }
+  if (shift != sample_shift_) {
+    sample_shift_ = shift;
+    const auto threshold = static_cast<uint32_t>(uint64_t{1} << (32 - shift));
+    for (lrfu::ShadowCache& shadow : shadows_) shadow.DropAtOrAbove(threshold);
+    if (!Sampled(mixed)) return;
+  }
+  const double rate = sample_rate();
+  const double capacity_bytes = static_cast<double>(
+      options_.capacity_bytes != 0 ? options_.capacity_bytes : bytes_);
+  const auto shadow_bytes = static_cast<uint64_t>(capacity_bytes * rate);
+  const double shadow_blocks = std::max(1.0, cap_blocks * rate);
+  // Scores forget hits older than about one turnover of a shadow (at least 1000 accesses).
+  const double decay =
+      1.0 - 1.0 / std::max(1000.0, options_.score_window_turnovers * shadow_blocks);
+  for (lrfu::ShadowCache& shadow : shadows_) {
+    shadow.DecayScore(decay);
+    shadow.Access(mixed, request, last_in_call, charge, shadow_bytes, shadow_blocks);
+  }
+}
+
+void LrfuPolicy::MaybeRetune() {
+  const double epoch = std::max(256.0, options_.epoch_turnovers * CapacityBlocks());
+  if (static_cast<double>(++since_retune_) < epoch) return;
+  since_retune_ = 0;
+  const lrfu::ShadowCache* best = nullptr;
+  const lrfu::ShadowCache* current = nullptr;
+  for (const lrfu::ShadowCache& shadow : shadows_) {
+    if (shadow.half_life() == half_life_) current = &shadow;
+    if (best == nullptr || shadow.score() > best->score()) best = &shadow;
+  }
+  if (best == nullptr || best->half_life() == half_life_) return;
+  if (current != nullptr &&
+      !(best->score() - current->score() >
+        options_.switch_margin * std::sqrt(best->score() + current->score()))) {
+    return;
+  }
+  const double from = HalfLifeAccesses();
+  half_life_ = best->half_life();
+  ++half_life_changes_;
+  Rescale(from, HalfLifeAccesses());
+}
+
+void LrfuPolicy::Tick(uint64_t fingerprint, uint64_t request, bool last_in_call,
+                      uint32_t charge) {
+  clock_ += 1;
+  if (clock_ - base_ > std::max(kRebaseAccesses, 4 * HalfLifeAccesses())) Rebase();
+  const size_t ghosts = static_cast<size_t>(options_.ghost_ratio * CapacityBlocks());
+  if (ghosts > 2 * ghosts_.capacity() || (ghosts_.capacity() == 0 && ghosts > 0)) {
+    ghosts_.Resize(ghosts);
+  }
+  if (fingerprint != 0) {
+    const uint64_t mixed = lrfu::Mix64(fingerprint);
+    if (Sampled(mixed)) Sample(mixed, request, last_in_call, charge);
+  }
+  MaybeRetune();
+}
+
+void LrfuPolicy::OnInsert(uint32_t slot, uint32_t parent, uint64_t fingerprint, uint32_t charge,
+                          uint32_t tenant, const RequestInfo& info) {
+  if (slot == kNoSlot || Live(slot)) return;
+  charge &= ~kLeafBit;
+  if (slot >= nodes_.size()) nodes_.resize(size_t{slot} + 1);
+  ++blocks_;
+  bytes_ += charge;
+  Tick(fingerprint, info.request, info.last_in_call, charge);
+
+  Node& n = nodes_[slot];
+  ++n.gen;
+  n.parent = kNoSlot;
+  n.charge_leaf = charge | kLeafBit;
+  n.tenant = tenant;
+  n.request = static_cast<uint16_t>(info.request);
+  const double half_life = HalfLifeAccesses();
+  double key = -std::numeric_limits<double>::infinity();
+  if (fingerprint != 0) {
+    if (std::optional<float> ghost = ghosts_.Take(lrfu::Mix64(fingerprint)); ghost.has_value()) {
+      key = base_ + *ghost;
+    }
+  }
+  key = lrfu::KeyAfterAccess(key, clock_, half_life);
+  if (info.last_in_call) key = clock_ - 4 * std::max(half_life, CapacityBlocks());
+  SetKey(slot, key);
+  HeapPush(slot);
+  Link(slot, parent);
+}
+
+void LrfuPolicy::OnHit(uint32_t slot, uint32_t parent, uint64_t fingerprint,
+                       const RequestInfo& info) {
+  if (!Live(slot)) return;
+  if (parent != kNoSlot) Link(slot, parent);
+  Node& n = nodes_[slot];
+  const auto request = static_cast<uint16_t>(info.request);
+  if (info.request != 0 && n.request == request) return;  // counted for this request already
+  n.request = request;
+  Tick(fingerprint, info.request, /*last_in_call=*/false, Charge(slot));
+  SetKey(slot, lrfu::KeyAfterAccess(AbsKey(slot), clock_, HalfLifeAccesses()));
+  if (IsLeaf(slot)) SiftDown(nodes_[slot].pos_or_children);
+}
+
+void LrfuPolicy::OnErase(uint32_t slot, uint64_t fingerprint, EraseReason reason) {
+  if (!Live(slot)) return;
+  Node& n = nodes_[slot];
+  // A deleted block was not pushed out by others; nothing says it will be back.
+  if (reason != EraseReason::kDeleted && fingerprint != 0) {
+    ghosts_.Put(lrfu::Mix64(fingerprint), n.key);
+  }
+  if (IsLeaf(slot)) HeapRemove(slot);
+  Unlink(slot);
+  ++n.gen;  // even: gone; children's links to it go stale and they become roots
+  --blocks_;
+  bytes_ -= Charge(slot);
+  n.charge_leaf = 0;
+}
+
+uint64_t LrfuPolicy::SelectVictims(uint64_t bytes_needed, std::optional<uint32_t> tenant,
+                                   EvictablePredicate evictable, std::vector<uint32_t>* out) {
+  // Walks the leaves in key order without changing the heap: a second heap of candidates
+  // starts with heap_'s root and gets each popped heap entry's children. A parent whose
+  // children are all listed becomes a candidate too (its count is lowered while listing and
+  // restored after).
+  struct Candidate {
+    float key;
+    uint32_t ref;  // heap_ position, or a slot when !in_heap
+    bool in_heap;
+  };
+  auto greater = [](const Candidate& a, const Candidate& b) { return a.key > b.key; };
+  std::vector<Candidate> candidates;
+  std::vector<uint32_t> lowered;
+  if (!heap_.empty()) candidates.push_back({nodes_[heap_[0]].key, 0, true});
+  uint64_t listed = 0;
+  while (listed < bytes_needed && !candidates.empty()) {
+    std::pop_heap(candidates.begin(), candidates.end(), greater);
+    const Candidate c = candidates.back();
+    candidates.pop_back();
+    uint32_t s = c.ref;
+    if (c.in_heap) {
+      s = heap_[c.ref];
+      for (size_t child = 2 * size_t{c.ref} + 1; child <= 2 * size_t{c.ref} + 2; ++child) {
+        if (child < heap_.size()) {
+          candidates.push_back({nodes_[heap_[child]].key, static_cast<uint32_t>(child), true});
+          std::push_heap(candidates.begin(), candidates.end(), greater);
+        }
+      }
+    }
+    if ((tenant.has_value() && nodes_[s].tenant != *tenant) || !evictable(s)) continue;
+    out->push_back(s);
+    listed += Charge(s);
+    const uint32_t p = ParentOf(s);
+    if (p == kNoSlot || IsLeaf(p) || nodes_[p].pos_or_children == 0) continue;
+    lowered.push_back(p);
+    if (--nodes_[p].pos_or_children == 0) {
+      candidates.push_back({nodes_[p].key, p, false});
+      std::push_heap(candidates.begin(), candidates.end(), greater);
+    }
+  }
+  for (uint32_t p : lowered) ++nodes_[p].pos_or_children;
+  return listed;
+}
+
+size_t LrfuPolicy::MemoryBytes() const {
+  size_t bytes = nodes_.capacity() * sizeof(Node) + heap_.capacity() * sizeof(uint32_t) +
+                 ghosts_.MemoryBytes();
+  for (const lrfu::ShadowCache& shadow : shadows_) bytes += shadow.MemoryBytes();
+  return bytes;
+}
+
+}  // namespace turbokv::server

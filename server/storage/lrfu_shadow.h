@@ -1,0 +1,153 @@
+// Building blocks of LrfuPolicy (lrfu_policy.h): the LRFU key arithmetic, a table of ghost
+// keys (evicted blocks' values), and a sampled shadow cache that simulates one half-life.
+//
+// Not thread-safe; owned by one LrfuPolicy.
+#ifndef TURBOKV_SERVER_STORAGE_LRFU_SHADOW_H_
+#define TURBOKV_SERVER_STORAGE_LRFU_SHADOW_H_
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace turbokv::server::lrfu {
+
+// splitmix64's finalizer: spreads any 64-bit fingerprint over all bits.
+inline uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// LRFU (D. Lee et al., "LRFU: A Spectrum of Policies that Subsumes the Least Recently Used and
+// Least Frequently Used Policies", IEEE Trans. Computers 50(12), 2001) with the weighing
+// function F(x) = 2^(-x/H): a block's value at time t is C(t) = sum over its accesses t_i of
+// 2^(-(t - t_i)/H). Kept as one number, the key k = t_a + H * log2(C(t_a)) after its last access
+// t_a: C(t) = 2^((k - t)/H) at any later t, so the order of keys is the order of values at every
+// time, and a heap ordered once stays ordered. H -> 0 is LRU, H -> infinity LFU.
+//
+// The key of a block accessed now, `key` its key before (a block never seen: C = 0, pass
+// -infinity).
+inline double KeyAfterAccess(double key, double now, double half_life) {
+  if (!std::isfinite(key)) return now;
+  // log2(2^d + 1) without overflow or cancellation: max(d, 0) + log2(1 + 2^-|d|).
+  const double d = (key - now) / half_life;
+  return now + half_life * (std::max(d, 0.0) + std::log2(1.0 + std::exp2(-std::abs(d))));
+}
+
+// The key the same value has under another half-life: k' = now + (H'/H) (k - now). Monotone, so
+// a heap stays a heap.
+inline double RescaleKey(double key, double now, double from_half_life, double to_half_life) {
+  return now + (to_half_life / from_half_life) * (key - now);
+}
+
+// Keys of recently evicted blocks, by fingerprint: a block stored again resumes the value it
+// had (decayed since) instead of starting from nothing. Set-associative, 8 entries of 8 bytes
+// per bucket (a 32-bit tag and the key relative to the owner's base); a full bucket drops its
+// least valuable entry. A tag collision (about 8 in 2^32 lookups) revives a wrong key.
+class GhostTable {
+ public:
+  // Room for about `entries` ghosts (rounded up to a power of two of buckets); drops all.
+  void Resize(size_t entries);
+  size_t capacity() const { return slots_.size(); }
+  // `mixed`: Mix64 of the fingerprint.
+  void Put(uint64_t mixed, float key);
+  // The ghost's key, removed; nullopt when none.
+  std::optional<float> Take(uint64_t mixed);
+  // Applies key = fn(key) to every ghost (fn monotone: rebasing, rescaling).
+  template <typename Fn>
+  void TransformKeys(Fn fn) {
+    for (Slot& s : slots_) {
+      if (s.tag != 0) s.key = fn(s.key);
+    }
+  }
+  // Drops ghosts whose sampling hash (the fingerprint's mixed high 32 bits) is >= threshold.
+  void DropAtOrAbove(uint32_t threshold);
+  size_t MemoryBytes() const { return slots_.capacity() * sizeof(Slot); }
+
+ private:
+  static constexpr size_t kWays = 8;
+  struct Slot {
+    uint32_t tag = 0;  // 0 = empty
+    float key = 0;
+  };
+  static uint32_t Tag(uint64_t mixed) {
+    const auto t = static_cast<uint32_t>(mixed >> 32);
+    return t == 0 ? 1 : t;
+  }
+  size_t Bucket(uint64_t mixed) const { return (mixed & bucket_mask_) * kWays; }
+
+  std::vector<Slot> slots_;
+  uint64_t bucket_mask_ = 0;
+};
+
+// A cache simulated on a sample of the blocks (those whose mixed fingerprint's high 32 bits fall
+// below the sampling threshold), with its capacity scaled by the sampling rate, running LRFU at
+// one half-life (SHARDS-style spatial sampling: C. Waldspurger et al., FAST'15). Prefix
+// semantics are approximated within each request: once a sampled block of a request misses,
+// the request's later sampled blocks are not counted as hits (the real cache would have
+// matched nothing past the miss). No tree: evicts the least valuable block.
+class ShadowCache {
+ public:
+  // `half_life`: in turnovers of this cache (H = half_life * its capacity in blocks; 0: LRU).
+  // `ghost_ratio`: ghost entries per block of its capacity.
+  ShadowCache(double half_life, double ghost_ratio)
+      : half_life_(half_life), ghost_ratio_(ghost_ratio) {}
+
+  // One access (a hit, or a put) of a sampled block. `capacity_bytes` and `capacity_blocks`:
+  // this cache's scaled capacity now. Adds one to the score for a hit.
+  void Access(uint64_t mixed, uint64_t request, bool last_in_call, uint32_t charge,
+              uint64_t capacity_bytes, double capacity_blocks);
+  // Forgets blocks and ghosts no longer sampled after the threshold was lowered.
+  void DropAtOrAbove(uint32_t threshold);
+  // Multiplies the score by `factor` (exponential forgetting of old hits).
+  void DecayScore(double factor) { score_ *= factor; }
+
+  double half_life() const { return half_life_; }
+  double score() const { return score_; }
+  size_t MemoryBytes() const;
+
+ private:
+  struct Entry {
+    uint64_t mixed = 0;
+    double key = 0;
+    uint32_t charge = 0;
+    uint32_t heap_pos = 0;
+    uint64_t request = 0;  // last request that accessed it (one access per request)
+  };
+  struct RecentRequest {
+    uint64_t request = 0;
+    bool broken = false;  // a sampled block of it missed
+  };
+  bool Less(uint32_t a, uint32_t b) const { return entries_[a].key < entries_[b].key; }
+  void SiftUp(size_t pos);
+  void SiftDown(size_t pos);
+  void HeapFix(size_t pos);
+  void Remove(uint32_t entry);
+  double HalfLifeAccesses(double capacity_blocks) const {
+    return std::max(1.0, half_life_ * capacity_blocks);
+  }
+
+  double half_life_;
+  double ghost_ratio_;
+  double clock_ = 0;  // accesses seen
+  double base_ = 0;   // ghosts' keys are relative to it
+  double score_ = 0;
+  uint64_t bytes_ = 0;
+  absl::flat_hash_map<uint64_t, uint32_t> index_;  // mixed fingerprint -> entry
+  std::vector<Entry> entries_;
+  std::vector<uint32_t> free_;
+  std::vector<uint32_t> heap_;  // entry numbers, least valuable first
+  GhostTable ghosts_;
+  std::array<RecentRequest, 64> recent_{};  // by request % 64
+};
+
+}  // namespace turbokv::server::lrfu
+
+#endif  // TURBOKV_SERVER_STORAGE_LRFU_SHADOW_H_

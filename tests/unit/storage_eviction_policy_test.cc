@@ -1,0 +1,269 @@
+// The eviction policies (server/storage/eviction_policy.h, lrfu_policy.h) on their own, without
+// RocksDB: the contract every policy keeps (leaves first, a tenant filter, a predicate, no change
+// from SelectVictims), LRFU's behaviour on small hand-made cases, and trace replays in-process
+// (eviction_replay.h) that compare LRFU with LRU and Belady on the public Mooncake trace.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/storage/eviction_policy.h"
+#include "server/storage/eviction_replay.h"
+#include "server/storage/lrfu_policy.h"
+
+namespace turbokv::server {
+namespace {
+
+std::unique_ptr<EvictionPolicy> Make(const std::string& name, uint64_t capacity) {
+  auto p = MakeEvictionPolicy(name, capacity);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
+RequestInfo Request(uint64_t n, bool last_in_call = false) {
+  RequestInfo info;
+  info.request = n;
+  info.last_in_call = last_in_call;
+  return info;
+}
+
+TEST(EvictionPolicyTest, UnknownNamesAreRefused) {
+  auto p = MakeEvictionPolicy("fifo", 1000);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("lru, lrfu"), std::string::npos) << p.status();
+}
+
+class EveryPolicyTest : public ::testing::TestWithParam<std::string> {};
+
+// Random forests of chains, random hits, erasures, tenants and predicates: whatever the policy
+// lists, a block comes after all its live children, only evictable blocks of the asked tenant
+// are listed, the list covers the bytes asked for when enough is evictable, and listing changes
+// nothing (the same call twice gives the same list).
+TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
+  std::mt19937_64 rng(7);
+  auto policy = Make(GetParam(), 600);
+  ASSERT_NE(policy, nullptr);
+  absl::flat_hash_map<uint32_t, uint32_t> parent_of;  // live slot -> live parent (or kNoSlot)
+  absl::flat_hash_map<uint32_t, uint32_t> tenant_of;
+  absl::flat_hash_map<uint32_t, uint32_t> charge_of;
+  std::vector<uint32_t> free_slots;
+  for (uint32_t s = 0; s < 400; ++s) free_slots.push_back(399 - s);
+  uint64_t request = 0;
+  auto live = [&] {
+    std::vector<uint32_t> v;
+    for (const auto& [s, p] : parent_of) v.push_back(s);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto erase = [&](uint32_t s) {
+    policy->OnErase(s, s + 1000, EraseReason::kEvicted);
+    parent_of.erase(s);
+    for (auto& [c, p] : parent_of) {
+      if (p == s) p = kNoSlot;  // an orphan: its link went with its parent
+    }
+    free_slots.push_back(s);
+  };
+  for (int round = 0; round < 3000; ++round) {
+    const int op = static_cast<int>(rng() % 10);
+    std::vector<uint32_t> slots = live();
+    if (op < 5 && !free_slots.empty()) {  // a chain of 1-4 blocks, under a live block or a root
+      uint32_t parent = kNoSlot;
+      if (!slots.empty() && rng() % 2 == 0) parent = slots[rng() % slots.size()];
+      const uint32_t tenant = static_cast<uint32_t>(rng() % 3);
+      const size_t n = 1 + rng() % 4;
+      ++request;
+      for (size_t i = 0; i < n && !free_slots.empty(); ++i) {
+        const uint32_t s = free_slots.back();
+        free_slots.pop_back();
+        const uint32_t charge = 1 + static_cast<uint32_t>(rng() % 3);
+        policy->OnInsert(s, parent, s + 1000, charge, tenant, Request(request, i + 1 == n));
+        parent_of[s] = parent;
+        tenant_of[s] = tenant;
+        charge_of[s] = charge;
+        parent = s;
+      }
+    } else if (op < 8 && !slots.empty()) {  // a hit along a block's chain, root first
+      std::vector<uint32_t> path;
+      for (uint32_t s = slots[rng() % slots.size()]; s != kNoSlot; s = parent_of[s]) {
+        path.push_back(s);
+      }
+      ++request;
+      uint32_t parent = kNoSlot;
+      for (auto it = path.rbegin(); it != path.rend(); ++it) {
+        policy->OnHit(*it, parent, *it + 1000, Request(request));
+        parent = *it;
+      }
+    } else if (op == 8 && !slots.empty()) {  // a delete or expiry anywhere in a chain
+      erase(slots[rng() % slots.size()]);
+    } else if (!slots.empty()) {  // eviction with a predicate and maybe a tenant
+      const uint64_t seed = rng();
+      auto evictable = [seed](uint32_t s) { return ((s * 0x9E3779B9u) ^ seed) % 5 != 0; };
+      std::optional<uint32_t> tenant;
+      if (rng() % 3 == 0) tenant = static_cast<uint32_t>(rng() % 3);
+      const uint64_t need = 1 + rng() % 20;
+      std::vector<uint32_t> out, again;
+      const uint64_t listed = policy->SelectVictims(need, tenant, evictable, &out);
+      EXPECT_EQ(policy->SelectVictims(need, tenant, evictable, &again), listed);
+      EXPECT_EQ(out, again) << "SelectVictims changed the policy's state";
+      absl::flat_hash_set<uint32_t> listed_so_far;
+      uint64_t sum = 0;
+      for (uint32_t s : out) {
+        ASSERT_TRUE(parent_of.contains(s)) << "slot " << s << " is not live";
+        EXPECT_TRUE(evictable(s));
+        if (tenant.has_value()) EXPECT_EQ(tenant_of[s], *tenant);
+        for (const auto& [c, p] : parent_of) {
+          if (p == s) EXPECT_TRUE(listed_so_far.contains(c)) << s << " before its child " << c;
+        }
+        EXPECT_FALSE(listed_so_far.contains(s)) << "listed twice";
+        listed_so_far.insert(s);
+        sum += charge_of[s];
+      }
+      EXPECT_EQ(sum, listed);
+      if (listed < need) {
+        // Nothing else could go: every unlisted block is refused, of another tenant, or has an
+        // unlisted child that keeps it.
+        for (uint32_t s : slots) {
+          if (listed_so_far.contains(s) || !evictable(s)) continue;
+          if (tenant.has_value() && tenant_of[s] != *tenant) continue;
+          bool has_unlisted_child = false;
+          for (const auto& [c, p] : parent_of) {
+            if (p == s && !listed_so_far.contains(c)) has_unlisted_child = true;
+          }
+          EXPECT_TRUE(has_unlisted_child) << "slot " << s << " could have gone";
+        }
+      }
+      // Evict a prefix of the list, as the store may.
+      const size_t take = out.empty() ? 0 : rng() % (out.size() + 1);
+      for (size_t i = 0; i < take; ++i) erase(out[i]);
+    }
+    EXPECT_EQ(policy->blocks(), parent_of.size());
+    uint64_t bytes = 0;
+    for (const auto& [s, p] : parent_of) bytes += charge_of[s];
+    EXPECT_EQ(policy->charged_bytes(), bytes);
+  }
+  EXPECT_GT(policy->MemoryBytes(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, EveryPolicyTest, ::testing::Values("lru", "lrfu"),
+                         [](const auto& info) { return info.param; });
+
+TEST(LrfuPolicyTest, AFrequentlyUsedBlockOutlivesABurstOfOneOffBlocks) {
+  // A system prompt read by every 20th request, and one-off blocks in between: LRU forgets the
+  // prompt whenever more one-offs than its capacity arrive between two uses, LRFU keeps it.
+  constexpr uint64_t kCapacity = 16;
+  std::vector<TraceRequest> trace;
+  uint64_t next_id = 100;
+  for (int i = 0; i < 400; ++i) {
+    TraceRequest r;
+    if (i % 20 == 0) {
+      r.blocks = {1, 2, 3};
+    } else {
+      r.blocks = {next_id++};
+    }
+    trace.push_back(r);
+  }
+  ReplayOptions o;
+  o.capacity_bytes = kCapacity;
+  LruPolicy lru;
+  LrfuOptions lo;
+  lo.capacity_bytes = kCapacity;
+  LrfuPolicy lrfu(lo);
+  const ReplayResult a = Replay(trace, lru, o);
+  const ReplayResult b = Replay(trace, lrfu, o);
+  EXPECT_EQ(a.hit_blocks, 0u);  // 19 one-offs between uses > 16 blocks
+  EXPECT_GE(b.hit_blocks, 3u * 10);  // the prompt hits on most of its 19 later uses (38 hits)
+  const ReplayResult opt = ReplayBelady(trace, o);
+  EXPECT_GE(opt.hit_blocks, b.hit_blocks);
+}
+
+TEST(LrfuPolicyTest, ARequestsLastBlockGoesBeforeItsChain) {
+  // Two requests of one block chain each; the last block of a put call (the partly filled
+  // block a conversation's next turn does not repeat) is the least valuable leaf.
+  LrfuOptions lo;
+  lo.capacity_bytes = 8;
+  LrfuPolicy p(lo);
+  p.OnInsert(0, kNoSlot, 1000, 1, 0, Request(1));
+  p.OnInsert(1, 0, 1001, 1, 0, Request(1, /*last_in_call=*/true));
+  p.OnInsert(2, kNoSlot, 1002, 1, 0, Request(2));
+  p.OnInsert(3, 2, 1003, 1, 0, Request(2));
+  std::vector<uint32_t> out;
+  auto all = [](uint32_t) { return true; };
+  p.SelectVictims(1, std::nullopt, all, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], 1u);  // older request's last block, not request 2's (newer, not last)
+}
+
+TEST(LrfuPolicyTest, AnEvictedBlockThatComesBackResumesItsValue) {
+  // Ghosts: a block evicted and stored again is worth what it was worth (decayed), so a block
+  // used many times before comes back above a block seen once.
+  LrfuOptions lo;
+  lo.capacity_bytes = 4;
+  LrfuPolicy p(lo);
+  auto all = [](uint32_t) { return true; };
+  p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(1));
+  for (uint64_t r = 2; r < 10; ++r) p.OnHit(0, kNoSlot, 5000, Request(r));
+  p.OnErase(0, 5000, EraseReason::kEvicted);
+  p.OnInsert(1, kNoSlot, 6000, 1, 0, Request(10));  // seen once
+  p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(11));  // back: 9 uses before
+  std::vector<uint32_t> out;
+  p.SelectVictims(1, std::nullopt, all, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], 1u);
+}
+
+// -- replays of the public Mooncake trace (../shared/data/traces), skipped without it ----------
+
+std::vector<TraceRequest> LoadMooncake() {
+  const std::filesystem::path path = std::filesystem::path(TURBOKV_SOURCE_DIR) / ".." /
+                                     "shared" / "data" / "traces" /
+                                     "mooncake_synthetic_trace.jsonl";
+  std::vector<TraceRequest> trace;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("hash_ids")) continue;
+    TraceRequest r;
+    r.timestamp_ms = j.value("timestamp", int64_t{0});
+    for (const auto& id : j["hash_ids"]) r.blocks.push_back(id.get<uint64_t>());
+    trace.push_back(std::move(r));
+  }
+  return trace;
+}
+
+TEST(EvictionReplayTest, LrfuHitsAtLeastAsOftenAsLruOnTheMooncakeTrace) {
+  const std::vector<TraceRequest> trace = LoadMooncake();
+  if (trace.empty()) GTEST_SKIP() << "../shared/data/traces/mooncake_synthetic_trace.jsonl absent";
+  const size_t distinct = DistinctBlocks(trace);
+  ASSERT_EQ(distinct, 43924u);
+  const double infinite = InfiniteCacheHitRatio(trace);
+  for (double percent : {5.0, 10.0, 25.0, 50.0}) {
+    ReplayOptions o;
+    o.capacity_bytes = static_cast<uint64_t>(percent / 100 * static_cast<double>(distinct));
+    LruPolicy lru;
+    LrfuOptions lo;
+    lo.capacity_bytes = o.capacity_bytes;
+    LrfuPolicy lrfu(lo);
+    const ReplayResult a = Replay(trace, lru, o);
+    const ReplayResult b = Replay(trace, lrfu, o);
+    const ReplayResult opt = ReplayBelady(trace, o);
+    std::printf("capacity %4.1f%%: LRU %.4f  LRFU %.4f  Belady %.4f  infinite %.4f\n", percent,
+                a.hit_ratio(), b.hit_ratio(), opt.hit_ratio(), infinite);
+    EXPECT_GE(b.hit_blocks, a.hit_blocks) << percent << "%";
+    EXPECT_GE(opt.hit_blocks, b.hit_blocks) << percent << "%";
+    EXPECT_LE(opt.hit_ratio(), infinite + 1e-12);
+    EXPECT_EQ(b.referenced_blocks, a.referenced_blocks);
+  }
+}
+
+}  // namespace
+}  // namespace turbokv::server
