@@ -152,6 +152,16 @@ class Context:
         return full
 
 
+@dataclasses.dataclass
+class _Thread:
+    """One conversation or agent session in progress: its context, the number of its next
+    turn or step, its id, and when it stops (last turn or step; 0 = no planned stop)."""
+    ctx: Context
+    turn: int
+    id: int
+    stop_after: int
+
+
 def _request(t_s: float, ctx: Context, output: int, **extra) -> Request:
     return Request(int(round(t_s * 1000)), ctx.tokens, output, ctx.chain(), extra)
 
@@ -258,8 +268,7 @@ def gen_chat(p: ChatParams, seed: int, requests: int, scale: float) -> List[Requ
     d, ids = Draw(seed), Ids()
     systems: Dict[int, Context] = {}
     out: List[Request] = []
-    # Events: (time s, sequence, conversation state); a conversation state is a dict.
-    events: List[Tuple[float, int, dict]] = []
+    events: List[Tuple[float, int, _Thread]] = []  # (time s, sequence, conversation)
     seq = 0
     next_start = d.exponential(p.conversations_per_s)
     n_conv = 0
@@ -280,19 +289,19 @@ def gen_chat(p: ChatParams, seed: int, requests: int, scale: float) -> List[Requ
                 first = d.tokens(p.paste_median, p.paste_sigma, 500, p.paste_max)
             else:
                 first = d.tokens(p.user_median, p.user_sigma, 1, p.user_max)
-            conv = dict(ctx=ctx.append(first), turn=1, id=n_conv, abandon_after=abandon_after)
+            conv = _Thread(ctx.append(first), 1, n_conv, abandon_after)
             n_conv += 1
         else:
             t, _, conv = heapq.heappop(events)
-        ctx = conv["ctx"]
+        ctx = conv.ctx
         output = d.tokens(p.output_median, p.output_sigma, 1, p.output_max)
-        out.append(_request(t, ctx, output, conversation=conv["id"], turn=conv["turn"]))
-        ended = (d.chance(p.p_end) or conv["turn"] == conv["abandon_after"])
+        out.append(_request(t, ctx, output, conversation=conv.id, turn=conv.turn))
+        ended = d.chance(p.p_end) or conv.turn == conv.stop_after
         user = d.tokens(p.user_median, p.user_sigma, 1, p.user_max)
         if ended or ctx.tokens + output + user > p.max_context:
             continue
         ctx.append(output + user)
-        conv["turn"] += 1
+        conv.turn += 1
         think = d.lognormal(p.think_median_s, p.think_sigma, p.think_min_s, p.think_max_s)
         heapq.heappush(events, (t + output * p.decode_s_per_token + think, seq, conv))
         seq += 1
@@ -343,7 +352,7 @@ def gen_agent(p: AgentParams, seed: int, requests: int, scale: float) -> List[Re
     d, ids = Draw(seed), Ids()
     types: Dict[int, Context] = {}
     out: List[Request] = []
-    events: List[Tuple[float, int, dict]] = []
+    events: List[Tuple[float, int, _Thread]] = []  # (time s, sequence, session)
     seq = 0
     next_start = d.exponential(p.sessions_per_s)
     n_sess = 0
@@ -356,18 +365,18 @@ def gen_agent(p: AgentParams, seed: int, requests: int, scale: float) -> List[Re
                 types[k] = Context(ids).append(
                     d.tokens(p.system_median, p.system_sigma, p.system_min, p.system_max))
             ctx = types[k].fork().append(d.tokens(p.task_median, p.task_sigma, 20, p.task_max))
-            sess = dict(ctx=ctx, step=1, id=n_sess, steps=d.integer(p.steps_min, p.steps_max))
+            sess = _Thread(ctx, 1, n_sess, d.integer(p.steps_min, p.steps_max))
             n_sess += 1
         else:
             t, _, sess = heapq.heappop(events)
-        ctx = sess["ctx"]
+        ctx = sess.ctx
         call = d.tokens(p.call_median, p.call_sigma, 5, p.call_max)
-        out.append(_request(t, ctx, call, session=sess["id"], step=sess["step"]))
+        out.append(_request(t, ctx, call, session=sess.id, step=sess.turn))
         tool = d.tokens(p.tool_median, p.tool_sigma, 10, p.tool_max)
-        if sess["step"] >= sess["steps"] or ctx.tokens + call + tool > p.max_context:
+        if sess.turn >= sess.stop_after or ctx.tokens + call + tool > p.max_context:
             continue
         ctx.append(call + tool)
-        sess["step"] += 1
+        sess.turn += 1
         gap = call * p.decode_s_per_token + d.lognormal(p.tool_median_s, p.tool_sigma_s,
                                                         p.tool_min_s, p.tool_max_s)
         heapq.heappush(events, (t + gap, seq, sess))
