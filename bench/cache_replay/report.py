@@ -81,8 +81,8 @@ def markdown(results: Dict[str, Any]) -> str:
 
 def plot(results: Dict[str, Any], path: str) -> None:
     """Hit ratio vs capacity, one panel per workload: turbokv (one line per node count), LRU,
-    Belady, uncompressed LRU, the infinite bound; turbokv's mean live bytes / capacity on a
-    right-hand axis. Writes a PNG."""
+    Belady, uncompressed LRU, the infinite bound; then one panel of turbokv's mean live bytes /
+    capacity per workload (hidden without server runs). Writes a PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -98,6 +98,7 @@ def plot(results: Dict[str, Any], path: str) -> None:
         ax.set_visible(False)
     colors = ["tab:red", "tab:orange", "tab:purple", "tab:brown"]
     live_panel = axes.flat[len(names)]
+    legend: Dict[str, Any] = {}  # label -> handle, one legend for every hit-ratio panel
     for ax, name in zip(axes.flat, names):
         runs: List[Dict[str, Any]] = results["workloads"][name]["runs"]
         sims: Dict[float, Dict[str, Any]] = {}
@@ -137,12 +138,14 @@ def plot(results: Dict[str, Any], path: str) -> None:
         ax.set_title("%s (%d req, %d blocks)" % (name, s["requests"], s["distinct_blocks"]),
                      fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(lab, h)
     live_panel.axhline(0.9, color="black", lw=0.8, ls="--", label="90%")
     live_panel.set_ylim(0, 1.05)
     live_panel.set_xscale("log")
     caps = sorted({100 * r["capacity_fraction"] for wl in results["workloads"].values()
                    for r in wl["runs"]})
+    live_panel.set_xlim(min(caps) * 0.85, max(caps) * 1.15)
     live_panel.set_xticks(caps)
     live_panel.set_xticklabels(["%g%%" % p for p in caps])
     live_panel.minorticks_off()
@@ -152,9 +155,14 @@ def plot(results: Dict[str, Any], path: str) -> None:
     live_panel.grid(alpha=0.3)
     live_panel.legend(fontsize=7, loc="best")
     meta = results.get("meta", {})
-    fig.suptitle("KV-cache replay: hit ratio vs capacity (turbokv %s, %s, preset %s)"
-                 % (meta.get("git_commit", "?")[:10], meta.get("server_version", ""),
-                    meta.get("preset", "?")), fontsize=11)
-    fig.tight_layout()
+    server = (meta.get("server_source_commit") or meta.get("git_commit") or "?")[:10]
+    fig.suptitle("KV-cache replay: block hit ratio vs capacity (turbokv server sources %s, "
+                 "preset %s, %s)" % (server, meta.get("preset", "?"),
+                                     meta.get("codec_backend", "")), fontsize=11)
+    if not live_panel.get_lines()[1:]:  # only the 90% line: no server runs
+        live_panel.set_visible(False)
+    fig.legend(list(legend.values()), list(legend.keys()), loc="lower center",
+               ncol=min(7, len(legend)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 if nrows > 1 else 0.09, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

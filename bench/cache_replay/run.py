@@ -155,7 +155,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="where the servers' temporary data directories go (default $TMPDIR)")
     ap.add_argument("--progress", type=float, default=30.0,
                     help="seconds between progress lines of a long replay (0 = none)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite <name>.md and <name>.png from <out-dir>/<name>.json")
     a = ap.parse_args(argv)
+    if a.report_only:
+        with open(os.path.join(a.out_dir, a.name + ".json")) as f:
+            write_reports(json.load(f), a.out_dir, a.name)
+        return 0
     if a.quick:
         a.max_requests = a.max_requests or QUICK_REQUESTS
         if a.capacities == ap.get_default("capacities"):
@@ -250,18 +256,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     meta["wall_s"] = round(time.monotonic() - t_all, 1)
     with open(json_path, "w") as f:
         json.dump(results, f, indent=1)
-    with open(os.path.join(a.out_dir, a.name + ".md"), "w") as f:
-        f.write("Command: `%s`\n\nCommit %s, %s (avx512f: %s), %d CPUs, %s s.\n\n%s\n" % (
-            meta["command"], meta["git_commit"], cpu, avx512, os.cpu_count() or 0,
-            meta["wall_s"], report.markdown(results)))
-    png = os.path.join(a.out_dir, a.name + ".png")
+    png = write_reports(results, a.out_dir, a.name)
+    print("wrote %s, %s (%.0f s)" % (json_path, png, meta["wall_s"]), flush=True)
+    return 1 if failed else 0
+
+
+def write_reports(results: Dict[str, Any], out_dir: str, name: str) -> str:
+    """Writes <name>.md (the table) and <name>.png (the curves); returns the PNG's path, or
+    "(none)" when matplotlib is missing."""
+    meta = results["meta"]
+    with open(os.path.join(out_dir, name + ".md"), "w") as f:
+        f.write("Command: `%s`\n\nCommit %s (server sources: %s); %s (avx512f: %s), %s CPUs; "
+                "%s s.\n\n%s\n" % (
+                    meta["command"], meta["git_commit"], meta.get("server_source_commit", "?"),
+                    meta["cpu"], meta["avx512f"], meta["cpus"], meta.get("wall_s", "?"),
+                    report.markdown(results)))
+    png = os.path.join(out_dir, name + ".png")
     try:
         report.plot(results, png)
     except ImportError as e:
         print("no plot (%s): pip install -r tools/requirements.txt" % e, file=sys.stderr)
         png = "(none)"
-    print("wrote %s, %s (%.0f s)" % (json_path, png, meta["wall_s"]), flush=True)
-    return 1 if failed else 0
+    return png
 
 
 if __name__ == "__main__":
