@@ -1,0 +1,4 @@
+from .run import main
+import sys
+
+sys.exit(main())
