@@ -31,10 +31,11 @@ struct StorageOptions {
   uint64_t capacity_bytes = uint64_t{10} << 30;
   // When a put would take the bytes above high_watermark * capacity, the eviction policy's
   // least valuable blocks without an active lease are evicted until they are at or below
-  // low_watermark * capacity. 0 < low <= high <= 1. Default: 0.98 and 0.97 (a value log gives
-  // an evicted block's space back at once, so the store can run close to full).
-  double high_watermark = 0.98;
-  double low_watermark = 0.97;
+  // low_watermark * capacity. 0 < low <= high <= 1. Default: 0.995 and 0.99 (a value log gives
+  // an evicted block's space back at once, so the store can run close to full; the gap only
+  // batches evictions).
+  double high_watermark = 0.995;
+  double low_watermark = 0.99;
   // Which blocks go first when the store is full (eviction_policy.h): "lrfu" (prefix-tree
   // aware, recency and frequency with an adaptive half-life; lrfu_policy.h) or "lru" (the
   // order before issue 21). Default: "lrfu".
