@@ -902,7 +902,7 @@ TEST(StorageOptionsTest, ValidateAndParse) {
   o.segment_bytes = 4096;
   EXPECT_NE(o.Validate().message().find("segment_bytes"), std::string::npos);
   o = StorageOptions();
-  o.low_watermark = 0.99;
+  o.low_watermark = 0.999;  // above the high watermark (0.995)
   EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
   o = StorageOptions();
   o.capacity_bytes = 0;
