@@ -152,6 +152,9 @@ int main(int argc, char** argv) {
       "Most memory one namespace's codec tables may take (QJL matrices, sign masks)");
   add("--max-namespaces", lim.max_namespaces, "Most namespaces the server holds")
       ->check(CLI::PositiveNumber);
+  add("--max-namespaces-per-tenant", lim.max_namespaces_per_tenant,
+      "Most namespaces one tenant holds (so that no tenant fills --max-namespaces)")
+      ->check(CLI::PositiveNumber);
   add("--max-descriptor-string-bytes", lim.max_descriptor_string_bytes,
       "Longest model, model_revision and cache_salt of a namespace descriptor")
       ->check(CLI::PositiveNumber);

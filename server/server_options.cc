@@ -62,10 +62,12 @@ absl::Status LimitOptions::Validate() const {
   if (max_codec_setup_bytes < (uint64_t{1} << 20)) {
     return absl::InvalidArgumentError("limits.max_codec_setup_bytes must be >= 1 MiB");
   }
-  if (max_namespaces < 1 || max_descriptor_string_bytes < 1 || max_lease_seconds < 1 ||
+  if (max_namespaces < 1 || max_namespaces_per_tenant < 1 || max_descriptor_string_bytes < 1 ||
+      max_lease_seconds < 1 ||
       max_hashes_per_call < 1 || max_queued_tasks < 1 || max_stats_namespaces < 1) {
     return absl::InvalidArgumentError(
-        "limits: max_namespaces, max_descriptor_string_bytes, max_lease_seconds, "
+        "limits: max_namespaces, max_namespaces_per_tenant, max_descriptor_string_bytes, "
+        "max_lease_seconds, "
         "max_hashes_per_call, max_queued_tasks and max_stats_namespaces must be >= 1");
   }
   if (max_in_flight_bytes < (uint64_t{4} << 20)) {

@@ -63,6 +63,9 @@ struct LimitOptions {
   uint64_t max_codec_setup_bytes = uint64_t{64} << 20;
   // Namespaces the server holds. Default: 4096.
   uint32_t max_namespaces = 4096;
+  // Namespaces one tenant may hold (an admin registering without a tenant counts as the tenant
+  // ""), so that no tenant can fill max_namespaces for the others. Default: 256.
+  uint32_t max_namespaces_per_tenant = 256;
   // Longest model, model_revision and cache_salt of a descriptor, bytes. Default: 256.
   uint32_t max_descriptor_string_bytes = 256;
   // Longest Lookup lease, seconds. Default: 3600.

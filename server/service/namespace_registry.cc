@@ -296,6 +296,7 @@ absl::Status NamespaceRegistry::Load() {
       continue;
     }
     std::lock_guard<std::mutex> l(mu_);
+    tenant_namespaces_[ns->tenant].insert(r.id);
     namespaces_[r.id] = std::move(ns);
   }
   return absl::OkStatus();
@@ -338,6 +339,11 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
         "the server holds ", limits_.max_namespaces,
         " namespaces, its limit (--max-namespaces); drop unused ones first"));
   }
+  if (existing == nullptr && TenantNamespaces(tenant) >= limits_.max_namespaces_per_tenant) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this tenant holds ", limits_.max_namespaces_per_tenant,
+        " namespaces, its limit (--max-namespaces-per-tenant); drop unused ones first"));
+  }
   TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(canonical, id, tenant));
   if (ns->codec.packed_bytes() > limits_.max_block_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -351,6 +357,7 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
   record.logical_block_bytes = ns->codec.raw_bytes();
   TURBOKV_RETURN_IF_ERROR(store_->PutNamespace(record));
   std::lock_guard<std::mutex> l(mu_);
+  tenant_namespaces_[ns->tenant].insert(id);
   namespaces_[id] = ns;
   return Registered{ns, existing == nullptr};
 }
@@ -378,19 +385,32 @@ absl::StatusOr<uint64_t> NamespaceRegistry::Drop(uint64_t id, const Principal& c
   TURBOKV_RETURN_IF_ERROR(Get(id, caller).status());
   TURBOKV_ASSIGN_OR_RETURN(uint64_t deleted, store_->DropNamespace(id));
   std::lock_guard<std::mutex> l(mu_);
-  namespaces_.erase(id);
+  if (auto it = namespaces_.find(id); it != namespaces_.end()) {
+    auto t = tenant_namespaces_.find(it->second->tenant);
+    if (t != tenant_namespaces_.end()) {
+      t->second.erase(id);
+      if (t->second.empty()) tenant_namespaces_.erase(t);
+    }
+    namespaces_.erase(it);
+  }
   return deleted;
 }
 
 uint64_t NamespaceRegistry::TenantStoredBytes(std::string_view tenant) const {
-  const StoreStats stats = store_->Stats();
-  uint64_t bytes = 0;
-  std::lock_guard<std::mutex> l(mu_);
-  for (const NamespaceStatsEntry& n : stats.namespaces) {
-    auto it = namespaces_.find(n.record.id);
-    if (it != namespaces_.end() && it->second->tenant == tenant) bytes += n.value_bytes;
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = tenant_namespaces_.find(std::string(tenant));
+    if (it == tenant_namespaces_.end()) return 0;
+    ids.assign(it->second.begin(), it->second.end());
   }
-  return bytes;
+  return store_->StoredValueBytes(ids);
+}
+
+size_t NamespaceRegistry::TenantNamespaces(std::string_view tenant) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = tenant_namespaces_.find(std::string(tenant));
+  return it == tenant_namespaces_.end() ? 0 : it->second.size();
 }
 
 size_t NamespaceRegistry::size() const {

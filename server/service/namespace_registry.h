@@ -41,6 +41,7 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/auth/principal.h"
@@ -92,7 +93,8 @@ class NamespaceRegistry {
   // Idempotent: the same canonical descriptor always gives the same namespace.
   // InvalidArgument: bad descriptor, a string over max_descriptor_string_bytes, a raw or
   // packed block over max_block_bytes, codec set-up over max_codec_setup_bytes (the message
-  // names both numbers). ResourceExhausted: max_namespaces reached.
+  // names both numbers). ResourceExhausted: max_namespaces, or the tenant's
+  // max_namespaces_per_tenant, reached.
   // The namespace belongs to `tenant`.
   [[nodiscard]] absl::StatusOr<Registered> Register(const v1::NamespaceDescriptor& descriptor,
                                                     std::string_view tenant = "");
@@ -105,8 +107,11 @@ class NamespaceRegistry {
   // Drops the namespace and its blocks; returns the number of blocks deleted. NotFound as
   // Get(id, caller).
   [[nodiscard]] absl::StatusOr<uint64_t> Drop(uint64_t id, const Principal& caller = {"", true});
-  // Packed bytes stored in the namespaces of `tenant` (the quota's measure).
+  // Packed bytes stored in the namespaces of `tenant` (the quota's measure). O(the tenant's
+  // namespaces).
   uint64_t TenantStoredBytes(std::string_view tenant) const;
+  // Namespaces `tenant` holds.
+  size_t TenantNamespaces(std::string_view tenant) const;
   size_t size() const;
 
  private:
@@ -123,6 +128,8 @@ class NamespaceRegistry {
   std::mutex register_mu_;  // serializes Register/Drop against each other
   mutable std::mutex mu_;   // guards namespaces_
   absl::flat_hash_map<uint64_t, std::shared_ptr<const Namespace>> namespaces_;
+  // The ids of each tenant's namespaces (guarded by mu_).
+  absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> tenant_namespaces_;
 };
 
 // NotFound message used for unknown namespaces, e.g. "namespace 0123456789abcdef is not

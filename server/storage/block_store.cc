@@ -723,6 +723,17 @@ StoreStats BlockStore::Stats() const {
   return s;
 }
 
+uint64_t BlockStore::StoredValueBytes(absl::Span<const uint64_t> namespace_ids) const {
+  uint64_t bytes = 0;
+  std::lock_guard<std::mutex> l(mu_);
+  for (uint64_t id : namespace_ids) {
+    if (auto it = index_.usage().find(id); it != index_.usage().end()) {
+      bytes += it->second.value_bytes;
+    }
+  }
+  return bytes;
+}
+
 DbStats BlockStore::GetDbStats() const {
   DbStats d;
   for (rocksdb::ColumnFamilyHandle* cf :

@@ -221,6 +221,9 @@ class BlockStore {
   [[nodiscard]] absl::Status RunMaintenance();
 
   StoreStats Stats() const;
+  // Packed value bytes stored in the namespaces `namespace_ids` (kept per namespace as blocks
+  // come and go: O(ids), no copy of the namespace table). Thread-safe.
+  uint64_t StoredValueBytes(absl::Span<const uint64_t> namespace_ids) const;
   DbStats GetDbStats() const;
   const StorageOptions& options() const { return options_; }
 

@@ -452,6 +452,43 @@ def test_cross_tenant_isolation(tmp_path):
         s.stop()
 
 
+def test_namespace_limit_is_per_tenant(tmp_path):
+    """A tenant that fills its own namespace limit leaves room for the others (one tenant used
+    to fill --max-namespaces for everyone); the total limit still holds; a drop frees a place."""
+    from turbokv.errors import StatusCode, TurboKVError
+    path = _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A),
+                                             "token %s tenant-b" % token_digest(TOKEN_B)])
+    s = _server(tmp_path, "ns-limit", "--token-file", path, "--max-namespaces", "5",
+                "--max-namespaces-per-tenant", "3")
+    try:
+        a = _client(s.address, token=TOKEN_A)
+        b = _client(s.address, token=TOKEN_B)
+
+        def desc(i):
+            return dict(model="m", model_revision="r", preset="raw", cache_salt="s%d" % i,
+                        **SHAPE)
+        ids = [a.register_namespace(**desc(i)).namespace_id for i in range(3)]
+        with pytest.raises(TurboKVError) as e:
+            a.register_namespace(**desc(3))
+        assert e.value.code == StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-namespaces-per-tenant" in e.value.details
+        assert a.register_namespace(**desc(0)).namespace_id == ids[0]  # not a new one
+        b.register_namespace(**desc(0))
+        b.register_namespace(**desc(1))
+        with pytest.raises(TurboKVError) as e:  # 5 in total now
+            b.register_namespace(**desc(2))
+        assert e.value.code == StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-namespaces)" in e.value.details
+        a.drop_namespace(ids[2])
+        b.register_namespace(**desc(2))
+        with pytest.raises(TurboKVError):
+            a.register_namespace(**desc(2))  # the total is full again
+        a.close()
+        b.close()
+    finally:
+        s.stop()
+
+
 def test_tenant_quota(tmp_path):
     from turbokv.errors import StatusCode, TurboKVError
     quota = 100 * 1024  # raw blocks of this shape are 16 KiB + header

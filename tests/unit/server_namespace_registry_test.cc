@@ -176,6 +176,58 @@ TEST(NamespaceRegistryTest, RegisterIsIdempotentAndSurvivesReopen) {
   }
 }
 
+TEST(NamespaceRegistryTest, EachTenantHasItsOwnNamespaceLimitAndStoredBytes) {
+  // A tenant filling its own limit leaves the others room (issue 22: one tenant used to fill
+  // --max-namespaces for everyone); stored bytes are per tenant and follow drops and reopens.
+  testing::TempDir dir;
+  StorageOptions o;
+  o.data_dir = dir.path();
+  o.maintenance_interval_ms = 0;
+  auto verify = [](absl::Span<const uint8_t> v) { return codec::VerifyPackedChecksum(v); };
+  LimitOptions limits;
+  limits.max_namespaces = 5;
+  limits.max_namespaces_per_tenant = 2;
+  auto salted = [](int i) {
+    v1::NamespaceDescriptor d = Descriptor();
+    d.set_cache_salt("s" + std::to_string(i));
+    return d;
+  };
+  auto store = BlockStore::Open(o, verify);
+  ASSERT_TRUE(store.ok()) << store.status();
+  NamespaceRegistry registry(store->get(), "raw", limits);
+  auto a0 = registry.Register(salted(0), "a");
+  auto a1 = registry.Register(salted(1), "a");
+  ASSERT_TRUE(a0.ok() && a1.ok());
+  auto a2 = registry.Register(salted(2), "a");
+  EXPECT_EQ(a2.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(a2.status().message().find("--max-namespaces-per-tenant"), std::string::npos)
+      << a2.status();
+  EXPECT_TRUE(registry.Register(salted(0), "a").ok());  // an existing one is not new
+  auto b0 = registry.Register(salted(0), "b");  // same descriptor, another tenant: its own
+  ASSERT_TRUE(b0.ok()) << b0.status();
+  EXPECT_NE(b0->ns->id, a0->ns->id);
+  EXPECT_EQ(registry.TenantNamespaces("a"), 2u);
+  EXPECT_EQ(registry.TenantNamespaces("b"), 1u);
+
+  // Stored bytes per tenant.
+  std::vector<uint8_t> raw(a0->ns->codec.raw_bytes(), 0);
+  std::string packed(a0->ns->codec.packed_bytes(), '\0');
+  ASSERT_TRUE(a0->ns->codec
+                  .Encode(absl::MakeConstSpan(raw),
+                          absl::MakeSpan(reinterpret_cast<uint8_t*>(packed.data()), packed.size()))
+                  .ok());
+  std::vector<BlockStore::BlockWrite> writes = {{std::string(16, 'x'), packed},
+                                                {std::string(16, 'y'), packed}};
+  for (const absl::Status& st : (*store)->PutBlocks(a0->ns->id, writes)) ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(registry.TenantStoredBytes("a"), 2 * packed.size());
+  EXPECT_EQ(registry.TenantStoredBytes("b"), 0u);
+  EXPECT_EQ(registry.TenantStoredBytes("nobody"), 0u);
+  ASSERT_TRUE(registry.Drop(a0->ns->id).ok());
+  EXPECT_EQ(registry.TenantStoredBytes("a"), 0u);
+  EXPECT_EQ(registry.TenantNamespaces("a"), 1u);
+  EXPECT_TRUE(registry.Register(salted(2), "a").ok());  // room again
+}
+
 TEST(CodecBackendTest, CpuIsNamedAndCudaFailsClearly) {
   auto cpu = SelectCodecBackend(CodecBackendKind::kCpu);
   ASSERT_TRUE(cpu.ok());
