@@ -169,6 +169,17 @@ int main(int argc, char** argv) {
   add("--admission-timeout-ms", lim.admission_timeout_ms,
       "How long a call waits for in-flight budget before RESOURCE_EXHAUSTED")
       ->check(CLI::NonNegativeNumber);
+  add("--tenant-in-flight-share", lim.tenant_in_flight_share,
+      "The most of --max-in-flight-bytes one tenant's calls may hold (a fraction); the rest "
+      "stays for the other tenants")
+      ->check(CLI::Range(0.001, 1.0));
+  add("--stream-idle-timeout-ms", lim.stream_idle_timeout_ms,
+      "A PutBlocks stream whose client sends nothing for this long is cancelled and its "
+      "in-flight budget given back; 0 = never")
+      ->check(CLI::NonNegativeNumber);
+  add("--default-deadline-ms", lim.default_deadline_ms,
+      "Deadline of calls whose client sets none (they are cancelled then); 0 = none")
+      ->check(CLI::NonNegativeNumber);
   add("--max-queued-tasks", lim.max_queued_tasks,
       "Tasks that may wait in each worker pool's queue (more: RESOURCE_EXHAUSTED)")
       ->check(CLI::PositiveNumber);

@@ -21,6 +21,7 @@
 #include "server/metrics/process_metrics.h"
 #include "server/service/codec_backend.h"
 #include "server/service/byte_budget.h"
+#include "server/service/call_watchdog.h"
 #include "server/service/codec_pool.h"
 #include "server/service/namespace_registry.h"
 #include "server/service/service_context.h"
@@ -169,7 +170,9 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
       options.codec.io_threads != 0 ? options.codec.io_threads : std::max(4, 2 * cpus);
   pool_ = std::make_unique<CodecPool>("codec", threads, options.limits.max_queued_tasks);
   io_pool_ = std::make_unique<CodecPool>("io", io_threads, options.limits.max_queued_tasks);
-  budget_ = std::make_unique<ByteBudget>(options.limits.max_in_flight_bytes);
+  budget_ = std::make_unique<ByteBudget>(options.limits.max_in_flight_bytes,
+                                         options.limits.tenant_in_flight_share);
+  watchdog_ = std::make_unique<CallWatchdog>();
 
   metrics_ =
       std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes,
@@ -201,6 +204,7 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
   context_->pool = pool_.get();
   context_->io_pool = io_pool_.get();
   context_->budget = budget_.get();
+  context_->watchdog = watchdog_.get();
   context_->limits = options.limits;
   context_->metrics = metrics_.get();
   context_->auth = auth_.get();
@@ -302,6 +306,7 @@ void Server::Shutdown() {
   tls_.reset();
   exposer_.reset();
   auth_.reset();
+  watchdog_.reset();  // every call is done: nothing is armed
   budget_.reset();
   store_.reset();  // persists access times, flushes memtables, closes RocksDB
 }

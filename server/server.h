@@ -28,6 +28,7 @@ class Authenticator;
 class TlsCredentials;
 class BlockStore;
 class ByteBudget;
+class CallWatchdog;
 class CodecPool;
 struct CodecBackend;
 class Metrics;
@@ -77,6 +78,7 @@ class Server {
   std::unique_ptr<CodecPool> pool_;
   std::unique_ptr<CodecPool> io_pool_;
   std::unique_ptr<ByteBudget> budget_;
+  std::unique_ptr<CallWatchdog> watchdog_;
   std::shared_ptr<prometheus::Registry> prometheus_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Authenticator> auth_;

@@ -76,6 +76,15 @@ absl::Status LimitOptions::Validate() const {
   if (admission_timeout_ms < 0) {
     return absl::InvalidArgumentError("limits.admission_timeout_ms must be >= 0");
   }
+  if (!(tenant_in_flight_share > 0.0 && tenant_in_flight_share <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("limits.tenant_in_flight_share ",
+                                                   tenant_in_flight_share,
+                                                   " is outside (0, 1]"));
+  }
+  if (stream_idle_timeout_ms < 0 || default_deadline_ms < 0) {
+    return absl::InvalidArgumentError(
+        "limits.stream_idle_timeout_ms and limits.default_deadline_ms must be >= 0");
+  }
   return absl::OkStatus();
 }
 

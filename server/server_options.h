@@ -77,6 +77,16 @@ struct LimitOptions {
   uint64_t max_in_flight_bytes = uint64_t{1} << 30;
   // How long a call waits for in-flight budget before RESOURCE_EXHAUSTED, ms. Default: 10000.
   int admission_timeout_ms = 10000;
+  // The most of max_in_flight_bytes the calls of one tenant may hold, a fraction in (0, 1]: the
+  // rest stays for the other tenants however many idle or slow streams one tenant opens
+  // (a server without authentication has the one tenant ""). Default: 0.5.
+  double tenant_in_flight_share = 0.5;
+  // A PutBlocks stream whose client sends nothing for this long while the server waits for its
+  // next message is cancelled and its budget given back, ms; 0 = never. Default: 30000.
+  int stream_idle_timeout_ms = 30000;
+  // Deadline of calls whose client sets none, ms after the call starts (the call is cancelled
+  // then); 0 = none. Default: 600000 (10 minutes).
+  int default_deadline_ms = 600000;
   // Tasks that may wait in each worker pool's queue. Default: 4096.
   uint32_t max_queued_tasks = 4096;
   // Namespaces in one Stats response; more are paged (StatsRequest.page_after). Default: 256.

@@ -306,9 +306,9 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
   v1::PutBlocksResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
     resp.Clear();
-    // The namespace and block count up front: the server reserves each block whole before
-    // reading it (server/service/put_blocks_reactor.cc), so concurrent puts queue instead of
-    // each holding part of a block.
+    // The namespace and block count up front: the server sizes the stream's read window for
+    // the namespace's blocks and reads the end of the stream without a reservation
+    // (server/service/put_blocks_reactor.cc).
     ctx->AddMetadata("turbokv-namespace-id", FormatNamespaceId(namespace_id));
     ctx->AddMetadata("turbokv-block-count", std::to_string(blocks.size()));
     const Impl::Connection& conn = impl_->Pick();

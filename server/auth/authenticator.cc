@@ -2,7 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -42,11 +44,27 @@ std::string FileStamp(const std::string& path) {
                       st.st_ino);
 }
 
+// The token file's text. NOT_FOUND when it cannot be opened, FAILED_PRECONDITION when the path
+// (after symlinks) is not a regular file: a directory opens with ifstream and reads as empty
+// text, which would parse as a table without tokens and refuse every caller, admin included.
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot read the token file ", path, ": ",
+                                            std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the token file ", path, " is not a regular file (",
+        S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket", ")"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read the token file ", path));
   std::ostringstream text;
   text << in.rdbuf();
+  if (in.bad()) {
+    return absl::UnavailableError(absl::StrCat("reading the token file ", path, " failed"));
+  }
   return text.str();
 }
 

@@ -158,6 +158,13 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   admission_rejections_ =
       counter("turbokv_admission_rejections_total",
               "Calls refused with RESOURCE_EXHAUSTED after waiting for the in-flight budget");
+  stream_idle_timeouts_ =
+      counter("turbokv_stream_idle_timeouts_total",
+              "PutBlocks streams cancelled after their client sent nothing for "
+              "--stream-idle-timeout-ms (their in-flight budget given back)");
+  default_deadline_cancels_ =
+      counter("turbokv_default_deadline_cancels_total",
+              "Calls without a client deadline cancelled at the server's --default-deadline-ms");
   auto& repairs = prometheus::BuildGauge()
                       .Name("turbokv_repairs")
                       .Help("1 when the open repaired that part of a damaged data directory "
@@ -193,6 +200,10 @@ T* Metrics::Child(std::atomic<T*>* slot, prometheus::Family<T>* family,
 }
 
 void Metrics::RecordInternalFailure() { internal_failures_->Increment(); }
+
+void Metrics::RecordStreamIdleTimeout() { stream_idle_timeouts_->Increment(); }
+
+void Metrics::RecordDefaultDeadlineCancel() { default_deadline_cancels_->Increment(); }
 
 void Metrics::UpdateAdmission(uint64_t in_flight_bytes, uint64_t rejections_total) {
   in_flight_bytes_->Set(static_cast<double>(in_flight_bytes));

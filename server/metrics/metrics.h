@@ -80,6 +80,12 @@ class Metrics {
   // The in-flight budget: bytes in use (turbokv_in_flight_bytes) and calls refused after
   // waiting (turbokv_admission_rejections_total, advanced to the running total).
   void UpdateAdmission(uint64_t in_flight_bytes, uint64_t rejections_total);
+  // A put stream cancelled because its client sent nothing for --stream-idle-timeout-ms
+  // (turbokv_stream_idle_timeouts_total).
+  void RecordStreamIdleTimeout();
+  // A call whose client set no deadline, cancelled at the server's --default-deadline-ms
+  // (turbokv_default_deadline_cancels_total).
+  void RecordDefaultDeadlineCancel();
   // Codec work on `path` (kCuda only when the selected backend is CUDA; else counted as CPU).
   void RecordCodec(CodecOp op, CodecPath path, double seconds, uint64_t bytes);
   void RecordCodecFallback(CodecOp op, CodecFallback reason);
@@ -139,6 +145,8 @@ class Metrics {
   prometheus::Counter* internal_failures_;
   prometheus::Gauge* in_flight_bytes_;
   prometheus::Counter* admission_rejections_;
+  prometheus::Counter* stream_idle_timeouts_;
+  prometheus::Counter* default_deadline_cancels_;
 
   std::mutex child_mu_;  // serializes the creation of lazy children
   std::mutex mu_;        // guards the last-seen store totals below

@@ -37,7 +37,13 @@ GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
     : ctx_(ctx),
       caller_(std::move(caller)),
       scope_(ctx, RpcMethod::kGetBlocks),
-      deadline_(context->deadline()) {
+      context_(context),
+      lease_(ctx->budget, caller_.tenant),
+      call_deadline_(DefaultDeadline(*ctx, *context)),
+      deadline_(call_deadline_.has_value()
+                    ? std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(ctx->limits.default_deadline_ms)
+                    : context->deadline()) {
   absl::Status s = ctx_->shutting_down.load()
                        ? ShuttingDown()
                        : Guarded(ctx_, "GetBlocks Prepare", [&] { return Prepare(request); });
@@ -46,9 +52,28 @@ GetBlocksReactor::GetBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
     Finish(scope_.Complete(s));
   } else {
     std::unique_lock<std::mutex> l(mu_);
+    if (call_deadline_.has_value()) {
+      watch_ = ctx_->watchdog->Arm(*call_deadline_, [self = Ref(this)] { self->OnWatchdog(); });
+    }
     Pump(l);
   }
   HandedToGrpc(this);
+}
+
+void GetBlocksReactor::OnWatchdog() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    watch_ = 0;
+    if (watchdog_done_ || finished_) return;
+    ctx_->metrics->RecordDefaultDeadlineCancel();
+    Fail(absl::DeadlineExceededError(absl::StrCat(
+        "the call set no deadline and ran past the server's default of ",
+        ctx_->limits.default_deadline_ms, " ms (--default-deadline-ms)")));
+  }
+  // A write the client does not read ends (ok = false) and the call finishes; not after
+  // OnDone, when the context is gone.
+  std::lock_guard<std::mutex> c(cancel_mu_);
+  if (!grpc_done_) context_->TryCancel();
 }
 
 absl::Status GetBlocksReactor::Prepare(const grpc::ByteBuffer* request) {
@@ -207,7 +232,7 @@ bool GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved, bool
     to_release_ += reserved - bytes;
     held_bytes_ -= reserved - bytes;
   } else if (bytes > reserved) {
-    ctx_->budget->Take(bytes - reserved);
+    lease_.Take(bytes - reserved);
     held_bytes_ += bytes - reserved;
   }
   if (!error.ok()) Fail(error);
@@ -268,7 +293,7 @@ void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t bl
 
 void GetBlocksReactor::OnBudget(const absl::Status& status) {
   std::unique_lock<std::mutex> l(mu_);
-  ticket_ = 0;
+  ticket_ = false;
   if (!status.ok()) {
     Fail(status);
   } else {
@@ -304,7 +329,7 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
       // OnWriteDone reaction before the Finish): a one-block reply costs one write, not two.
       // Its budget bytes stay held until OnDone, when gRPC is done with the buffer.
       if (b.next_message == b.messages.size() && batches_.size() == 1 && next_ >= total &&
-          tasks_ == 0 && ticket_ == 0 && granted_ == 0 && !finished_) {
+          tasks_ == 0 && !ticket_ && granted_ == 0 && !finished_) {
         finished_ = true;
         write_and_finish = true;
         batches_.clear();
@@ -318,7 +343,7 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
     to_release_ += granted_;
     granted_ = 0;
   }
-  if (!stop && !fetching_ && ticket_ == 0 && next_ < total &&
+  if (!stop && !fetching_ && !ticket_ && next_ < total &&
       (granted_ != 0 || held_bytes_ < kRefillBytes)) {
     const size_t per_block = std::max<size_t>(
         1, encoding_ == v1::ENCODING_RAW ? decoded_bytes_ : ns_->codec.packed_bytes());
@@ -333,21 +358,20 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
       start_fetch = true;
     } else {
       fetch_reserved = fetch_count * per_block;
-      const ByteBudget::Ticket t = ctx_->budget->Acquire(
-          fetch_reserved, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
-          [self = Ref(this)](const absl::Status& status) { self->OnBudget(status); });
-      if (t == 0) {
+      if (lease_.Acquire(
+              fetch_reserved, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
+              [self = Ref(this)](const absl::Status& status) { self->OnBudget(status); })) {
         held_bytes_ += fetch_reserved;
         fetching_ = true;
         ++tasks_;
         start_fetch = true;
       } else {
-        ticket_ = t;
+        ticket_ = true;
         pending_reserve_ = fetch_reserved;
       }
     }
   }
-  const bool done = !writing_ && tasks_ == 0 && ticket_ == 0 &&
+  const bool done = !writing_ && tasks_ == 0 && !ticket_ &&
                     (stop || (batches_.empty() && next_ >= total));
   bool finish = false;
   absl::Status status;
@@ -364,7 +388,7 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
   const uint64_t release = to_release_;
   to_release_ = 0;
   l.unlock();
-  if (release != 0) ctx_->budget->Release(release);
+  if (release != 0) lease_.Release(release);
   if (write_and_finish) {
     const grpc::Status ok = scope_.Complete(absl::OkStatus());
     HandedToGrpc(this);
@@ -425,6 +449,17 @@ void GetBlocksReactor::OnWriteDone(bool ok) {
 
 void GetBlocksReactor::OnDone() {
   InReaction(this);
+  {
+    std::lock_guard<std::mutex> c(cancel_mu_);
+    grpc_done_ = true;
+  }
+  CallWatchdog::Handle h = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    watchdog_done_ = true;
+    h = std::exchange(watch_, 0);
+  }
+  if (h != 0) (void)ctx_->watchdog->Disarm(h);  // gRPC's reference keeps the reactor
   // A call that ended with StartWriteAndFinish still holds its last message's bytes.
   uint64_t release = 0;
   {
@@ -432,7 +467,7 @@ void GetBlocksReactor::OnDone() {
     release = held_bytes_;
     held_bytes_ = 0;
   }
-  if (release != 0) ctx_->budget->Release(release);
+  if (release != 0) lease_.Release(release);
   ReleaseGrpcRef();
 }
 
@@ -440,12 +475,12 @@ void GetBlocksReactor::OnCancel() {
   const ReactionScope reaction(this);
   std::unique_lock<std::mutex> l(mu_);
   abandoned_ = true;
-  const ByteBudget::Ticket t = ticket_;
+  const bool waiting = ticket_;
   l.unlock();
-  const bool cancelled = t != 0 && ctx_->budget->Cancel(t);
+  const bool cancelled = waiting && lease_.Cancel();
   l.lock();
-  if (cancelled && ticket_ == t) {
-    ticket_ = 0;
+  if (cancelled && ticket_) {
+    ticket_ = false;
     pending_reserve_ = 0;
   }
   Pump(l);

@@ -13,7 +13,8 @@
 // layers are decoded by their own task on the codec pool, so the layers of a large block
 // decode in parallel.
 //
-// Memory: each batch takes its bytes from the server-wide in-flight budget before it is read
+// Memory: each batch takes its bytes from the call's lease of the in-flight budget
+// (budget_lease.h, under the caller's tenant) before it is read
 // and gives each message's bytes back once it is written; a call that cannot get budget
 // within limits.admission_timeout_ms fails with RESOURCE_EXHAUSTED. A cancelled call (or one
 // past its deadline) skips the codec work still queued.
@@ -34,6 +35,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "grpcpp/grpcpp.h"
 #include "server/service/reactor_ref.h"
@@ -74,6 +76,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   void DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, uint32_t index, char* out,
                   int layer_begin, int layer_end);  // on the codec pool
   void OnBudget(const absl::Status& status);
+  void OnWatchdog();  // the server's default deadline passed: cancels the call
   bool Abandoned() const;
   // Starts the next write, schedules a fetch, or finishes. Requires mu_ (held by l); unlocks.
   void Pump(std::unique_lock<std::mutex>& l);
@@ -83,6 +86,10 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   const Principal caller_;
   v1::GetBlocksRequest request_;  // parsed in Prepare, then read-only
   RpcScope scope_;
+  grpc::CallbackServerContext* const context_;
+  BudgetLease lease_;  // this call's bytes of the in-flight budget, under the caller's tenant
+  // The server's default deadline, when the client set none.
+  const std::optional<std::chrono::steady_clock::time_point> call_deadline_;
   const std::chrono::system_clock::time_point deadline_;
   std::shared_ptr<const Namespace> ns_;
   v1::Encoding encoding_ = v1::ENCODING_PACKED;
@@ -98,7 +105,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   uint64_t current_bytes_ = 0;  // budget bytes of the message being written
   uint64_t held_bytes_ = 0;     // budget bytes held (batches not yet written)
   uint64_t to_release_ = 0;
-  ByteBudget::Ticket ticket_ = 0;
+  bool ticket_ = false;            // the lease waits; OnBudget comes
   uint64_t pending_reserve_ = 0;  // bytes asked for by the waiting ticket
   uint64_t granted_ = 0;          // bytes granted to the waiting ticket, fetch not started
   size_t next_ = 0;               // first request index not fetched yet
@@ -106,6 +113,11 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   bool fetching_ = false;
   // The request's place in its chain across the store calls (one at a time) it takes.
   BlockStore::ChainCursor chain_;
+  CallWatchdog::Handle watch_ = 0;
+  bool watchdog_done_ = false;  // OnDone ran
+  // Orders TryCancel (watchdog thread) before OnDone, after which the context is gone.
+  std::mutex cancel_mu_;
+  bool grpc_done_ = false;
   bool writing_ = false;
   bool finished_ = false;
   absl::Status error_;

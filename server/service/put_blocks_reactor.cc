@@ -12,20 +12,20 @@
 namespace turbokv::server {
 namespace {
 
-// Budget taken before each read: one chunk of the API's largest size plus its header. A
-// larger message (the server accepts up to max_receive_message_bytes) is charged in full
-// once it is in.
+// One message's bytes: a chunk of the API's largest size plus its header. A larger message
+// (the server accepts up to max_receive_message_bytes) is charged in full once it is in.
 constexpr uint64_t kReadReserveBytes = (uint64_t{1} << 20) + 4096;
+// The read window: a stream reserves this much (at least one message's charge) before it
+// reads, and reads on from the reservation until less than one message's charge is left. So
+// what a stream holds follows what its client has sent: the blocks received and not yet
+// committed plus at most one window; a stream that sends nothing holds one window.
+constexpr uint64_t kReadWindowBytes = uint64_t{4} << 20;
 // A client that names the stream's namespace in this metadata key (16 hex digits; the
-// messages' namespace_id must then be the same) gets whole-block reservations: the bytes of a
-// block (raw + packed) are taken before its first chunk is read, so a stream never holds part
-// of a block while it waits for budget, and concurrent streams whose blocks add up to more
-// than the budget are served in turn instead of each waiting, holding a part, for bytes that
-// only a finished block would give back.
-// With it, "turbokv-block-count" (decimal) says how many blocks the stream sends: after the
-// last one the end of the stream is read without a reservation (a message that comes instead
-// fails the stream, INVALID_ARGUMENT), so a stream whose blocks are all in never waits for
-// budget again.
+// messages' namespace_id must then be the same) lets the first window cover the packed bytes
+// of its first chunk too. With it, "turbokv-block-count" (decimal) says how many blocks the
+// stream sends: after the last one the end of the stream is read without a reservation (a
+// message that comes instead fails the stream, INVALID_ARGUMENT), so a stream whose blocks are
+// all in never waits for budget again.
 constexpr char kNamespaceIdMetadata[] = "turbokv-namespace-id";
 constexpr char kBlockCountMetadata[] = "turbokv-block-count";
 // A stream stops reading while it holds this much (blocks received, not yet committed).
@@ -114,7 +114,13 @@ PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
       caller_(std::move(caller)),
       response_(response),
       scope_(ctx, RpcMethod::kPutBlocks),
-      deadline_(context->deadline()) {
+      context_(context),
+      lease_(ctx->budget, caller_.tenant),
+      call_deadline_(DefaultDeadline(*ctx, *context)),
+      deadline_(call_deadline_.has_value()
+                    ? std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(ctx->limits.default_deadline_ms)
+                    : context->deadline()) {
   if (ctx_->shutting_down.load()) {
     finished_ = true;
     Finish(scope_.Complete(ShuttingDown()));
@@ -129,7 +135,7 @@ PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
       if (ns.ok()) {
         ns_ = *std::move(ns);
         streaming_encode_ = ctx_->backend.cuda == nullptr;
-        block_reserve_bytes_ = ns_->codec.raw_bytes() + ns_->codec.packed_bytes();
+        SetMessageBytes();
         const auto count = context->client_metadata().find(kBlockCountMetadata);
         uint64_t n = 0;
         if (count != context->client_metadata().end() &&
@@ -139,9 +145,102 @@ PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
       }
     }
     std::unique_lock<std::mutex> l(mu_);
+    ArmWatchdogLocked();
     Settle(l);
   }
   HandedToGrpc(this);
+}
+
+void PutBlocksReactor::SetMessageBytes() {
+  // A RAW chunk on the streaming encoder also fills its share of the packed block.
+  message_bytes_ = kReadReserveBytes;
+  if (streaming_encode_) {
+    message_bytes_ += (kReadReserveBytes * ns_->codec.packed_bytes() + ns_->codec.raw_bytes() - 1) /
+                      ns_->codec.raw_bytes();
+  }
+}
+
+uint64_t PutBlocksReactor::PackedShare(uint64_t raw_received) const {
+  const uint64_t raw = ns_->codec.raw_bytes();
+  const uint64_t packed = ns_->codec.packed_bytes();
+  // Both are at most 1 GiB (max_block_bytes): the product fits in 64 bits.
+  return raw_received >= raw ? packed : raw_received * packed / raw;
+}
+
+void PutBlocksReactor::Charge(const BlockPtr& b, uint64_t bytes) {
+  if (bytes <= reserve_left_) {
+    reserve_left_ -= bytes;
+  } else {
+    lease_.Take(bytes - reserve_left_);
+    held_bytes_ += bytes - reserve_left_;
+    reserve_left_ = 0;
+  }
+  b->charge += bytes;
+}
+
+void PutBlocksReactor::ReleaseWindowLocked() {
+  held_bytes_ -= reserve_left_;
+  to_release_ += reserve_left_;
+  reserve_left_ = 0;
+}
+
+void PutBlocksReactor::ArmWatchdogLocked() {
+  if (watchdog_done_) return;
+  const int idle = ctx_->limits.stream_idle_timeout_ms;
+  if (idle == 0 && !call_deadline_.has_value()) return;
+  const auto now = std::chrono::steady_clock::now();
+  auto next = call_deadline_.value_or(CallWatchdog::Clock::time_point::max());
+  if (idle != 0) {
+    next = std::min(next, (read_pending_ ? read_since_ : now) + std::chrono::milliseconds(idle));
+  }
+  watch_ = ctx_->watchdog->Arm(next, [self = Ref(this)] { self->OnWatchdog(); });
+}
+
+void PutBlocksReactor::OnWatchdog() {
+  std::unique_lock<std::mutex> l(mu_);
+  watch_ = 0;
+  if (watchdog_done_ || finished_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const int idle = ctx_->limits.stream_idle_timeout_ms;
+  absl::Status why;
+  if (call_deadline_.has_value() && now >= *call_deadline_) {
+    ctx_->metrics->RecordDefaultDeadlineCancel();
+    why = absl::DeadlineExceededError(absl::StrCat(
+        "the call set no deadline and ran past the server's default of ",
+        ctx_->limits.default_deadline_ms, " ms (--default-deadline-ms)"));
+  } else if (idle != 0 && read_pending_ &&
+             now - read_since_ >= std::chrono::milliseconds(idle)) {
+    ctx_->metrics->RecordStreamIdleTimeout();
+    why = absl::CancelledError(absl::StrCat(
+        "the client sent nothing for ", idle, " ms (--stream-idle-timeout-ms); the stream was "
+        "cancelled and its in-flight budget given back"));
+  } else {
+    ArmWatchdogLocked();
+    return;
+  }
+  FailStream(why);
+  l.unlock();
+  // The pending read ends (ok = false) and OnCancel runs; the call finishes once its tasks
+  // are done. Not after OnDone: then the context is gone.
+  std::lock_guard<std::mutex> c(cancel_mu_);
+  if (!grpc_done_) context_->TryCancel();
+}
+
+void PutBlocksReactor::OnDone() {
+  InReaction(this);
+  {
+    std::lock_guard<std::mutex> c(cancel_mu_);
+    grpc_done_ = true;
+  }
+  CallWatchdog::Handle h = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    watchdog_done_ = true;
+    h = std::exchange(watch_, 0);
+  }
+  // The entry's reference is dropped here; gRPC's keeps the reactor alive.
+  if (h != 0) (void)ctx_->watchdog->Disarm(h);
+  ReleaseGrpcRef();
 }
 
 bool PutBlocksReactor::AllDeclaredBlocksIn() const {
@@ -179,14 +278,8 @@ void PutBlocksReactor::OnReadDone(bool ok) {
     } else {
       HandleMessage(request_);
     }
-    // What the message did not need of its reservation goes back, unless it is the rest of a
-    // whole-block reservation and the block goes on.
-    if (!whole_reserve_ || current_ == nullptr) {
-      held_bytes_ -= reserve_left_;
-      to_release_ += reserve_left_;
-      reserve_left_ = 0;
-      whole_reserve_ = false;
-    }
+    // The rest of the window stays for the next read, unless no read comes.
+    if (reading_done_ || AllDeclaredBlocksIn()) ReleaseWindowLocked();
   } catch (...) {
     FailStream(CaughtException(ctx_, "PutBlocks OnReadDone", std::current_exception()));
   }
@@ -198,12 +291,12 @@ void PutBlocksReactor::OnCancel() {
   std::unique_lock<std::mutex> l(mu_);
   abandoned_ = true;
   if (fatal_.ok()) fatal_ = absl::CancelledError("PutBlocks cancelled by the client");
-  const ByteBudget::Ticket t = ticket_;
+  const bool waiting = waiting_budget_;
   l.unlock();
-  const bool cancelled = t != 0 && ctx_->budget->Cancel(t);
+  const bool cancelled = waiting && lease_.Cancel();
   l.lock();
   if (cancelled) {
-    ticket_ = 0;
+    waiting_budget_ = false;
     ticket_bytes_ = 0;
     reading_done_ = true;
   }
@@ -214,21 +307,23 @@ void PutBlocksReactor::OnCancel() {
 
 void PutBlocksReactor::OnBudget(const absl::Status& status) {
   std::unique_lock<std::mutex> l(mu_);
-  ticket_ = 0;
+  waiting_budget_ = false;
   const uint64_t granted = std::exchange(ticket_bytes_, 0);
   if (!status.ok()) {
     FailStream(status);
   } else if (fatal_.ok() && !reading_done_) {
     held_bytes_ += granted;
-    reserve_left_ = granted;
-    whole_reserve_ = ticket_whole_;
+    reserve_left_ += granted;
     read_pending_ = true;
+    read_since_ = std::chrono::steady_clock::now();
     l.unlock();
     HandedToGrpc(this);
     StartRead(&request_);
     return;
   } else {
-    to_release_ += granted;
+    held_bytes_ += granted;  // held by the lease now: given back with the window
+    reserve_left_ += granted;
+    ReleaseWindowLocked();
   }
   Settle(l);
 }
@@ -242,6 +337,7 @@ void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
     }
     ns_ = *std::move(ns);
     streaming_encode_ = ctx_->backend.cuda == nullptr;
+    SetMessageBytes();
   } else if (req.namespace_id() != ns_->id) {
     FailStream(absl::InvalidArgumentError(absl::StrCat(
         "namespace_id ", absl::Hex(req.namespace_id(), absl::kZeroPad16),
@@ -370,27 +466,18 @@ void PutBlocksReactor::AppendChunk(v1::PutBlocksRequest& req) {
     current_.reset();
     return;
   }
-  // The chunk's bytes move from the read reservation to the block.
-  if (n <= reserve_left_) {
-    reserve_left_ -= n;
-  } else {
-    ctx_->budget->Take(n - reserve_left_);
-    held_bytes_ += n - reserve_left_;
-    reserve_left_ = 0;
-  }
-  b->charge += n;
+  // The chunk's bytes (and on the streaming encoder its share of the packed block) move from
+  // the read window to the block.
+  const bool streaming = b->encoding == v1::ENCODING_RAW && streaming_encode_;
+  Charge(b, n + (streaming ? PackedShare(b->received + n) - PackedShare(b->received) : 0));
   b->received += n;
   std::string data = std::move(*req.mutable_data());  // no copy
   if (b->encoding == v1::ENCODING_RAW && streaming_encode_) {
     if (b->packed == nullptr) {
       b->packed_size = ns_->codec.packed_bytes();
-      b->packed.reset(new uint8_t[b->packed_size]);  // not zero-filled: every byte is written
-      // From the reservation where it has room (a whole-block one always has), else taken.
-      const uint64_t reserved = std::min<uint64_t>(b->packed_size, reserve_left_);
-      reserve_left_ -= reserved;
-      ctx_->budget->Take(b->packed_size - reserved);
-      held_bytes_ += b->packed_size - reserved;
-      b->charge += b->packed_size;
+      // Not zero-filled: every byte is written, its pages taken as the sections are encoded
+      // (so the charge follows the chunks, above).
+      b->packed.reset(new uint8_t[b->packed_size]);
     }
     FeedSections(b, std::move(data));
   } else if (b->data.empty()) {
@@ -633,42 +720,44 @@ void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
   if (!fatal_.ok() && !read_pending_) reading_done_ = true;
   MaybeCommit();
   bool start_read = false;
-  if (!reading_done_ && fatal_.ok() && !read_pending_ && ticket_ == 0 && !finished_) {
-    if (whole_reserve_ && current_ != nullptr) {
-      read_pending_ = true;  // the rest of the block is reserved
-      start_read = true;
-    } else if (AllDeclaredBlocksIn()) {
+  if (!reading_done_ && fatal_.ok() && !read_pending_ && !waiting_budget_ && !finished_) {
+    if (AllDeclaredBlocksIn()) {
+      ReleaseWindowLocked();
       read_pending_ = true;  // every declared block is in: only the end of the stream comes
       start_read = true;
     } else if (held_bytes_ >= kStreamWindowBytes && current_ == nullptr) {
       // Between blocks only: a block is read to its end whatever its size (at most
       // --max-block-bytes), since only whole blocks are committed and resume a paused stream.
       paused_ = true;  // a commit resumes reading
+      ReleaseWindowLocked();
+    } else if (reserve_left_ >= message_bytes_) {
+      paused_ = false;
+      read_pending_ = true;  // the window has room for the next message
+      start_read = true;
     } else {
       paused_ = false;
-      // Between blocks of a stream whose namespace is known up front: the next block whole
-      // (a block larger than the budget waits until nothing else is in flight, then runs
-      // alone). Otherwise one message's worth.
-      const bool whole = block_reserve_bytes_ != 0 && current_ == nullptr;
-      const uint64_t want = whole ? block_reserve_bytes_ : kReadReserveBytes;
-      const ByteBudget::Ticket t = ctx_->budget->Acquire(
-          want, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
-          [self = Ref(this)](const absl::Status& status) { self->OnBudget(status); });
-      if (t == 0) {
+      // Tops the window up. Mid-block too: a stream that holds part of a block while the
+      // budget is spent is let through by the budget's progress rule once every holder waits
+      // (byte_budget.h), so blocks larger than the budget, or than the tenant's share, go
+      // through one at a time instead of all waiting out the admission timeout.
+      const uint64_t want = std::max(kReadWindowBytes, message_bytes_) - reserve_left_;
+      if (lease_.Acquire(want, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
+                         [self = Ref(this)](const absl::Status& status) {
+                           self->OnBudget(status);
+                         })) {
         held_bytes_ += want;
-        reserve_left_ = want;
-        whole_reserve_ = whole;
+        reserve_left_ += want;
         read_pending_ = true;
         start_read = true;
       } else {
-        ticket_ = t;
+        waiting_budget_ = true;
         ticket_bytes_ = want;
-        ticket_whole_ = whole;
       }
     }
+    if (start_read) read_since_ = std::chrono::steady_clock::now();
   }
   bool finish = false;
-  if (!finished_ && reading_done_ && !read_pending_ && ticket_ == 0 && tasks_ == 0 &&
+  if (!finished_ && reading_done_ && !read_pending_ && !waiting_budget_ && tasks_ == 0 &&
       !committing_ && (pending_.empty() || !fatal_.ok())) {
     finished_ = true;
     finish = true;
@@ -677,12 +766,11 @@ void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
     to_release_ += held_bytes_;
     held_bytes_ = 0;
     reserve_left_ = 0;
-    whole_reserve_ = false;
   }
   const uint64_t release = to_release_;
   to_release_ = 0;
   l.unlock();
-  if (release != 0) ctx_->budget->Release(release);
+  if (release != 0) lease_.Release(release);
   if (start_read) {
     HandedToGrpc(this);
     StartRead(&request_);

@@ -15,14 +15,19 @@
 // is acknowledged only after its commits). Concurrent streams commit concurrently (RocksDB
 // group-commits them); the store keeps each block whole.
 //
-// Memory: every chunk is charged to the server-wide in-flight budget (ServiceContext::budget)
-// before it is read, and released when its block is committed or dropped; buffers grow with
-// the bytes received, never with what a client declares. A call whose metadata names its
-// namespace (turbokv-namespace-id, and turbokv-block-count) reserves each block whole (raw +
-// packed) before reading its first chunk, so it never waits for budget holding part of a
-// block (put_blocks_reactor.cc; docs/server.md). A stream also stops reading while it
-// holds kStreamWindowBytes. A stream that cannot get budget within
-// limits.admission_timeout_ms fails with RESOURCE_EXHAUSTED.
+// Memory: every chunk (raw, plus its share of the packed block on the streaming encoder) is
+// charged to the call's lease of the in-flight budget (budget_lease.h, under the caller's
+// tenant) before it is read, and released when its block is committed or dropped; buffers
+// grow with the bytes received, never with what a client declares. The stream reserves a read
+// window (kReadWindowBytes) ahead of the data and reads on from it, so an idle stream holds one
+// window and a slow one what it sent plus one window (put_blocks_reactor.cc; docs/server.md).
+// A stream also stops reading, between blocks, while it holds kStreamWindowBytes. A stream that
+// cannot get budget within limits.admission_timeout_ms fails with RESOURCE_EXHAUSTED.
+//
+// Timers (ServiceContext::watchdog): a stream whose client sends nothing for
+// limits.stream_idle_timeout_ms while a read is pending, and a call without a client deadline
+// that runs past limits.default_deadline_ms, are cancelled (TryCancel; counted in
+// turbokv_stream_idle_timeouts_total / turbokv_default_deadline_cancels_total).
 //
 // Per-block problems are per-block results (the RPC itself is OK): a hash outside 8..32 bytes,
 // an encoding other than RAW/PACKED, block_bytes that is not the namespace's raw/packed size,
@@ -68,10 +73,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override {
-    InReaction(this);
-    ReleaseGrpcRef();
-  }
+  void OnDone() override;
 
  private:
   using Ref = ReactorRef<PutBlocksReactor>;
@@ -104,8 +106,18 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   // refused): only the end of the stream may come.
   bool AllDeclaredBlocksIn() const;
 
+  // One message's charge (its raw bytes and, on the streaming encoder, its packed share).
+  void SetMessageBytes();
+  // Packed bytes charged for the first `raw_received` raw bytes of a streaming RAW block.
+  uint64_t PackedShare(uint64_t raw_received) const;
+  // Moves `bytes` from the read window to block `b` (taking what the window lacks).
+  void Charge(const BlockPtr& b, uint64_t bytes);
+  void ReleaseWindowLocked();  // the window's unused rest goes back (after the unlock)
+  void ArmWatchdogLocked();
+
   // Without mu_.
   void OnBudget(const absl::Status& status);
+  void OnWatchdog();  // idle timeout or default deadline: cancels the call, or re-arms
   void EncodeTask(const BlockPtr& b, std::shared_ptr<const std::string> data, size_t offset,
                   size_t bytes, size_t first_section);
   void WholeBlockTask(const BlockPtr& b);
@@ -116,6 +128,10 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   const Principal caller_;
   v1::PutBlocksResponse* const response_;
   RpcScope scope_;
+  grpc::CallbackServerContext* const context_;
+  BudgetLease lease_;
+  // The server's default deadline, when the client set none.
+  const std::optional<std::chrono::steady_clock::time_point> call_deadline_;
   const std::chrono::system_clock::time_point deadline_;
   std::atomic<bool> abandoned_{false};
 
@@ -129,17 +145,21 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   std::optional<std::string> skip_hash_;
   std::deque<BlockPtr> pending_;   // accepted blocks not yet committed, in stream order
   std::vector<v1::BlockResult> results_;
-  uint64_t held_bytes_ = 0;        // budget bytes this stream holds
-  uint64_t reserve_left_ = 0;      // of the read reservation, not yet given to a block
-  // The namespace came in the call's metadata: each block's raw + packed bytes are reserved
-  // before its first chunk is read (0: one message's worth before each read).
-  uint64_t block_reserve_bytes_ = 0;
-  bool whole_reserve_ = false;     // reserve_left_ is the rest of a whole-block reservation
+  uint64_t held_bytes_ = 0;        // budget bytes this stream holds (= lease_.held())
+  uint64_t reserve_left_ = 0;      // of the read window, not yet given to a block
+  // The most one message may charge (kReadReserveBytes, plus its packed share once the
+  // namespace is known and its RAW blocks go to the streaming encoder).
+  uint64_t message_bytes_ = (uint64_t{1} << 20) + 4096;
   std::optional<uint64_t> declared_blocks_;  // turbokv-block-count, with the namespace id
-  uint64_t ticket_bytes_ = 0;      // what ticket_ waits for
-  bool ticket_whole_ = false;      // ticket_ is a whole-block reservation
+  uint64_t ticket_bytes_ = 0;      // what the lease waits for
   uint64_t to_release_ = 0;        // budget bytes to give back (outside mu_)
-  ByteBudget::Ticket ticket_ = 0;  // waiting for budget
+  bool waiting_budget_ = false;    // the lease waits; OnBudget comes
+  std::chrono::steady_clock::time_point read_since_;  // when the pending read started
+  CallWatchdog::Handle watch_ = 0;
+  bool watchdog_done_ = false;     // OnDone ran: arm nothing more
+  // Orders TryCancel (watchdog thread) before OnDone, after which the context is gone.
+  std::mutex cancel_mu_;
+  bool grpc_done_ = false;
   int tasks_ = 0;                  // pool tasks in flight (encode, validate, commit)
   bool committing_ = false;
   // The request's place in its chain across the store calls (one at a time) it takes.

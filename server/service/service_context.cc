@@ -67,4 +67,16 @@ absl::Status CheckHashCount(const ServiceContext& ctx, size_t count) {
                    " are allowed (--max-hashes-per-call): split the call"));
 }
 
+std::optional<std::chrono::steady_clock::time_point> DefaultDeadline(
+    const ServiceContext& ctx, const grpc::ServerContextBase& context) {
+  if (ctx.limits.default_deadline_ms <= 0) return std::nullopt;
+  // gRPC reports "no deadline" as the largest time point; anything past a year counts as none.
+  const auto deadline = context.deadline();
+  if (deadline < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
+    return std::nullopt;
+  }
+  return std::chrono::steady_clock::now() +
+         std::chrono::milliseconds(ctx.limits.default_deadline_ms);
+}
+
 }  // namespace turbokv::server

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -14,7 +15,9 @@
 #include "server/auth/authenticator.h"
 #include "server/metrics/metrics.h"
 #include "server/server_options.h"
+#include "server/service/budget_lease.h"
 #include "server/service/byte_budget.h"
+#include "server/service/call_watchdog.h"
 #include "server/service/codec_backend.h"
 #include "server/service/codec_pool.h"
 #include "server/service/namespace_registry.h"
@@ -29,6 +32,7 @@ struct ServiceContext {
   CodecPool* pool = nullptr;     // codec work (encode, decode, verify)
   CodecPool* io_pool = nullptr;  // RocksDB reads and writes, unary calls
   ByteBudget* budget = nullptr;  // server-wide request bytes in flight
+  CallWatchdog* watchdog = nullptr;  // idle streams, calls without a deadline
   Metrics* metrics = nullptr;
   Authenticator* auth = nullptr;  // nullptr: every caller is the admin of tenant ""
   CodecBackend backend;
@@ -75,6 +79,11 @@ absl::Status Guarded(ServiceContext* ctx, const char* where, Fn&& fn) {
 // PERMISSION_DENIED).
 absl::StatusOr<Principal> Authenticate(ServiceContext& ctx, const grpc::ServerContextBase& context,
                                        RpcMethod method);
+
+// The server's deadline for a call whose client set none (now + limits.default_deadline_ms);
+// nullopt when the client set one or the default is 0 (none).
+std::optional<std::chrono::steady_clock::time_point> DefaultDeadline(
+    const ServiceContext& ctx, const grpc::ServerContextBase& context);
 
 // RESOURCE_EXHAUSTED when `caller`'s tenant has a byte quota and stores that much already.
 absl::Status CheckTenantQuota(const ServiceContext& ctx, const Principal& caller);

@@ -273,7 +273,8 @@ class StalledPut : public grpc::ClientWriteReactor<v1::PutBlocksRequest> {
 };
 
 TEST(ServerLimitsTest, AHalfBlockStallDoesNotBlockOtherClients) {
-  ServerProcess server;
+  // The stall must outlast the test, also a sanitizer run's: no idle timeout.
+  ServerProcess server({"--stream-idle-timeout-ms", "0"});
   ASSERT_TRUE(server.Start()) << server.Log();
   auto& stub = server.stub();
   v1::RegisterNamespaceResponse reg;
@@ -308,8 +309,11 @@ TEST(ServerLimitsTest, AHalfBlockStallDoesNotBlockOtherClients) {
 TEST(ServerLimitsTest, HundredsOfStalledStreamsAreBoundedByTheInFlightBudget) {
   const int budget_mib = SlowBuild() ? 16 : 64;
   const int streams_total = SlowBuild() ? 10 * budget_mib : 500;
+  // No idle timeout: this test is about what stalled streams hold while they sit (a sanitizer
+  // run lasts past the default 30 s, and those holding budget would be cancelled;
+  // tests/python/test_tenant_budget.py tests the idle timeout).
   ServerProcess server({"--max-in-flight-bytes", std::to_string(budget_mib) + "MiB",
-                        "--admission-timeout-ms", "3000"});
+                        "--admission-timeout-ms", "3000", "--stream-idle-timeout-ms", "0"});
   ASSERT_TRUE(server.Start()) << server.Log();
   auto& stub = server.stub();
   v1::RegisterNamespaceResponse reg;

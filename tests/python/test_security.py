@@ -351,6 +351,52 @@ def test_tokens_missing_wrong_revoked(tmp_path):
         s.stop()
 
 
+def test_token_file_replaced_by_a_directory_keeps_the_previous_tokens(tmp_path):
+    """A directory at the token-file path opens and reads as empty text, which used to parse as
+    a table without tokens: every caller, the admin too, was refused ("reloaded: 0 tokens").
+    It is an unreadable file now: the previous table stays, the reload is logged and counted as
+    an error, and a regular file at the path is picked up again."""
+    import shutil
+    path = tmp_path / "tokens"
+    _token_file(path, ["token %s tenant-a" % token_digest(TOKEN_A),
+                       "token %s ops admin" % token_digest(TOKEN_ADMIN)])
+    s = _server(tmp_path, "tokens-dir", "--token-file", str(path), "--token-reload-ms", "100",
+                metrics=True)
+    try:
+        with _client(s.address, token=TOKEN_A) as a:
+            a.stats()
+        os.remove(str(path))
+        os.mkdir(str(path))
+        s.proc.send_signal(signal.SIGHUP)  # and the watcher sees the new inode
+        deadline = time.monotonic() + 10
+        while "is not a regular file (a directory)" not in s.log():
+            assert time.monotonic() < deadline, s.log()
+            time.sleep(0.05)
+        for token in (TOKEN_A, TOKEN_ADMIN):
+            with _client(s.address, token=token) as c:
+                c.stats()  # still accepted
+        log = s.log()
+        assert "reloaded: 0 tokens" not in log
+        assert "not reloaded, the previous tokens stay" in log
+        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.metrics_port,
+                                         timeout=10).read().decode()
+        assert _sample(metrics, 'turbokv_auth_token_file_reloads_total{result="error"}') >= 1
+        # A regular file again: read, and its table replaces the previous one.
+        shutil.rmtree(str(path))
+        _token_file(path, ["token %s tenant-b" % token_digest(TOKEN_B)])
+        s.proc.send_signal(signal.SIGHUP)
+        _wait_accepted(s.address, TOKEN_B)
+        import grpc
+        from turbokv import Security
+        from turbokv.v1 import turbokv_pb2 as pb
+        ch, stub = _stub(s.address, Security(token=TOKEN_A))
+        code, _ = _refused(lambda: stub.Stats(pb.StatsRequest(), timeout=5))
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+        ch.close()
+    finally:
+        s.stop()
+
+
 def _wait_accepted(address, token):
     import grpc
     from turbokv import Security

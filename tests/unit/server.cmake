@@ -25,6 +25,7 @@ endif()
 if(TARGET turbokv_server_service)
   add_executable(server_unit_tests
     ${CMAKE_SOURCE_DIR}/tests/unit/server_admission_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/server_budget_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_codec_backend_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_options_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_namespace_registry_test.cc

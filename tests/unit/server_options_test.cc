@@ -69,6 +69,24 @@ TEST(ServerOptionsTest, DefaultsValidateAndBadValuesNameTheField) {
   o.storage.high_watermark = 1.5;
   EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
 
+  // The in-flight budget's per-tenant share and timers (docs/server.md, "Limits").
+  o = ServerOptions();
+  EXPECT_EQ(o.limits.tenant_in_flight_share, 0.5);
+  EXPECT_EQ(o.limits.stream_idle_timeout_ms, 30000);
+  EXPECT_EQ(o.limits.default_deadline_ms, 600000);
+  for (double share : {0.0, -0.1, 1.01}) {
+    o.limits.tenant_in_flight_share = share;
+    EXPECT_NE(o.Validate().message().find("limits.tenant_in_flight_share"), std::string::npos)
+        << share;
+  }
+  o = ServerOptions();
+  o.limits.tenant_in_flight_share = 1.0;
+  o.limits.stream_idle_timeout_ms = 0;
+  o.limits.default_deadline_ms = 0;
+  EXPECT_TRUE(o.Validate().ok());
+  o.limits.stream_idle_timeout_ms = -1;
+  EXPECT_NE(o.Validate().message().find("stream_idle_timeout_ms"), std::string::npos);
+
   EXPECT_EQ(*ParseCodecBackendKind("cuda"), CodecBackendKind::kCuda);
   EXPECT_EQ(ParseCodecBackendKind("tpu").status().code(), absl::StatusCode::kInvalidArgument);
 }

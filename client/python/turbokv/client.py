@@ -536,9 +536,8 @@ class Client(AsyncCalls):
                                               encoding=encoding, block_bytes=n, offset=off,
                                               data=bytes(view[off:off + chunk]))
 
-        # The namespace and block count up front: the server reserves each block whole before
-        # reading it, so concurrent puts queue for its in-flight budget instead of each
-        # holding part of a block.
+        # The namespace and block count up front: the server sizes the stream's read window
+        # for the namespace's blocks and reads the end of the stream without a reservation.
         metadata = (("turbokv-namespace-id", "%016x" % ns_id),
                     ("turbokv-block-count", str(len(payloads))))
         resp = self._call(lambda t: self._stub.PutBlocks(requests(), timeout=t,
