@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   add("--tenant-in-flight-share", lim.tenant_in_flight_share,
       "The most of --max-in-flight-bytes one tenant's calls may hold (a fraction); the rest "
-      "stays for the other tenants")
+      "stays for the other tenants (with --token-file or --tls-client-ca; without, the one "
+      "tenant has it all)")
       ->check(CLI::Range(0.001, 1.0));
   add("--stream-idle-timeout-ms", lim.stream_idle_timeout_ms,
       "A PutBlocks stream whose client sends nothing for this long is cancelled and its "

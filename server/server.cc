@@ -170,8 +170,10 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
       options.codec.io_threads != 0 ? options.codec.io_threads : std::max(4, 2 * cpus);
   pool_ = std::make_unique<CodecPool>("codec", threads, options.limits.max_queued_tasks);
   io_pool_ = std::make_unique<CodecPool>("io", io_threads, options.limits.max_queued_tasks);
-  budget_ = std::make_unique<ByteBudget>(options.limits.max_in_flight_bytes,
-                                         options.limits.tenant_in_flight_share);
+  // Without authentication every caller is the one tenant "": it gets the whole budget.
+  budget_ = std::make_unique<ByteBudget>(
+      options.limits.max_in_flight_bytes,
+      options.auth.authenticates() ? options.limits.tenant_in_flight_share : 1.0);
   watchdog_ = std::make_unique<CallWatchdog>();
 
   metrics_ =

@@ -78,8 +78,9 @@ struct LimitOptions {
   // How long a call waits for in-flight budget before RESOURCE_EXHAUSTED, ms. Default: 10000.
   int admission_timeout_ms = 10000;
   // The most of max_in_flight_bytes the calls of one tenant may hold, a fraction in (0, 1]: the
-  // rest stays for the other tenants however many idle or slow streams one tenant opens
-  // (a server without authentication has the one tenant ""). Default: 0.5.
+  // rest stays for the other tenants however many idle or slow streams one tenant opens.
+  // Applies when the server authenticates (a token file or a client CA); without, every
+  // caller is the one tenant "" and has the whole budget. Default: 0.5.
   double tenant_in_flight_share = 0.5;
   // A PutBlocks stream whose client sends nothing for this long while the server waits for its
   // next message is cancelled and its budget given back, ms; 0 = never. Default: 30000.

@@ -267,6 +267,13 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     };
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (!results[i].ok()) continue;
+      if (chain->refused_room) {
+        // A block after a gap in the chain could never be matched: refuse it too.
+        results[i] = absl::ResourceExhaustedError(
+            "an earlier block of this request's prefix chain did not fit, so this one could "
+            "never be matched");
+        continue;
+      }
       RecordLocation shape;
       shape.hash_bytes = static_cast<uint8_t>(blocks[i].hash.size());
       shape.value_bytes = static_cast<uint32_t>(blocks[i].value.size());
@@ -316,6 +323,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
           spdlog::warn("put refused (RESOURCE_EXHAUSTED, {} since the last such line): {}",
                        refused_log_.TakeCount(), std::string(results[i].message()));
         }
+        chain->refused_room = true;
         continue;
       }
       const auto growth = static_cast<int64_t>(charge) - static_cast<int64_t>(credit);

@@ -179,10 +179,14 @@ class BlockStore {
     uint32_t last_slot = kNoSlot;  // the request's last placed block
     uint64_t last_sequence = 0;    // ... its write sequence (its slot may be reused since)
     absl::flat_hash_set<uint32_t> own;  // slots of the blocks this request put
+    // A block of this request did not fit: the later ones are refused too (they would hang
+    // below a gap, where no Lookup reaches them).
+    bool refused_room = false;
   };
   // Stores blocks. Returns one status per block: OK (stored and durable per the durability
   // option), InvalidArgument (bad hash), ResourceExhausted (does not fit even after evicting
-  // everything evictable, or the disk is full). NotFound for every block when the namespace
+  // everything evictable, or the disk is full; once a block of the request did not fit, every
+  // later block of it too, since a chain with a gap is only matched up to the gap). NotFound for every block when the namespace
   // is unknown; Unavailable/Internal for every block when the write fails. `chain`: the
   // request's cursor when it spans several calls; null: this call is the whole request.
   std::vector<absl::Status> PutBlocks(uint64_t namespace_id, absl::Span<const BlockWrite> blocks,

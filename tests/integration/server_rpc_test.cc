@@ -574,15 +574,16 @@ void ExpectNoStrandedBlocks(v1::TurboKV::Stub& stub, uint64_t ns,
 
 TEST(ServerRpcTest, EvictionTakesChainTailsSoEverySurvivorStaysReachable) {
   // Several requests' chains, each one PutBlocks stream (committed in pieces as it arrives),
-  // into a store with room for about two of them; then one chain longer than the store.
-  ServerProcess server({"--capacity", "320KiB"});
+  // into a store with room for about half of them; then one chain longer than the store. (At
+  // least 1 MiB: RocksDB's WAL, counted against the capacity, may hold up to 256 KiB.)
+  ServerProcess server({"--capacity", "1MiB"});
   ASSERT_TRUE(server.Start()) << server.Log();
   auto& stub = server.stub();
   std::mt19937_64 rng(11);
   v1::RegisterNamespaceResponse reg = Register(stub, SmallDescriptor("raw"));
   const uint64_t ns = reg.namespace_id();
   std::vector<std::vector<std::string>> chains;
-  for (uint64_t k = 0; k < 5; ++k) {
+  for (uint64_t k = 0; k < 10; ++k) {
     std::vector<std::string> chain;
     std::vector<PutBlock> blocks;
     for (uint64_t i = 0; i < 8; ++i) {
@@ -602,16 +603,16 @@ TEST(ServerRpcTest, EvictionTakesChainTailsSoEverySurvivorStaysReachable) {
   }
   EXPECT_EQ(Matched(stub, ns, chains.back()), 8u);
 
-  // One request of 40 blocks (640 KiB raw) into 320 KiB: the blocks that fit are the chain's
+  // One request of 80 blocks (1.25 MiB raw) into 1 MiB: the blocks that fit are the chain's
   // head (the rest is refused rather than evicting the request's own earlier blocks).
   std::vector<std::string> longest;
   std::vector<PutBlock> blocks;
-  for (uint64_t i = 0; i < 40; ++i) {
+  for (uint64_t i = 0; i < 80; ++i) {
     longest.push_back(Hash(90000 + i));
     blocks.push_back({longest.back(), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)});
   }
   v1::PutBlocksResponse r = Put(stub, ns, blocks);
-  ASSERT_EQ(r.results_size(), 40);
+  ASSERT_EQ(r.results_size(), 80);
   size_t stored = 0;
   for (const auto& res : r.results()) {
     if (res.code() == 0) {
@@ -624,7 +625,7 @@ TEST(ServerRpcTest, EvictionTakesChainTailsSoEverySurvivorStaysReachable) {
   ExpectNoStrandedBlocks(stub, ns, longest, &survivors, &matched);
   EXPECT_EQ(matched, survivors);
   EXPECT_EQ(survivors, stored);
-  EXPECT_GE(matched, 10u);
+  EXPECT_GE(matched, 5u);  // about 9-17 fit beside what RocksDB holds
 }
 
 TEST(ServerRpcTest, RestartKeepsDataAndSigtermExitsZero) {
