@@ -661,11 +661,16 @@ void PutBlocksReactor::MaybeCommit() {
     pending_.pop_front();
   }
   if (batch.empty()) return;
+  // Whether this commit holds the stream's last block: then that block is the request's last,
+  // usually partly filled one, which the eviction policy values least (RequestInfo::
+  // last_in_call); the last block of an earlier commit is not.
+  const bool ends_request =
+      pending_.empty() && current_ == nullptr && (reading_done_ || AllDeclaredBlocksIn());
   committing_ = true;
   committing_blocks_ = batch.size();
   ++tasks_;
   const bool queued = ctx_->io_pool->Submit(
-      [self = Ref(this), batch] { self->CommitTask(batch); },
+      [self = Ref(this), batch, ends_request] { self->CommitTask(batch, ends_request); },
       [self = Ref(this), batch](const absl::Status& status) {
         std::unique_lock<std::mutex> l(self->mu_);
         self->ctx_->metrics->RecordInternalFailure();
@@ -683,7 +688,7 @@ void PutBlocksReactor::MaybeCommit() {
   }
 }
 
-void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks) {
+void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks, bool ends_request) {
   std::vector<absl::Status> statuses(blocks.size());
   if (Abandoned()) {
     std::fill(statuses.begin(), statuses.end(),
@@ -692,6 +697,7 @@ void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks) {
     std::vector<BlockStore::BlockWrite> writes;
     writes.reserve(blocks.size());
     for (const BlockPtr& b : blocks) writes.push_back({b->hash, b->value()});
+    chain_.call_ends_request = ends_request;
     statuses = ctx_->store->PutBlocks(ns_->id, writes, &chain_);
   }
   std::unique_lock<std::mutex> l(mu_);

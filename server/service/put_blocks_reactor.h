@@ -121,7 +121,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   void EncodeTask(const BlockPtr& b, std::shared_ptr<const std::string> data, size_t offset,
                   size_t bytes, size_t first_section);
   void WholeBlockTask(const BlockPtr& b);
-  void CommitTask(std::vector<BlockPtr> blocks);
+  // `ends_request`: the batch holds the stream's last block (BlockStore::ChainCursor).
+  void CommitTask(std::vector<BlockPtr> blocks, bool ends_request);
   bool Abandoned() const;  // cancelled, past the deadline, or failed as a whole
 
   ServiceContext* const ctx_;

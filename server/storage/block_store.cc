@@ -466,7 +466,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
         parent = chain->last_slot;
       }
       RequestInfo info = InfoFor(*chain, now);
-      info.last_in_call = k + 1 == accepted.size();
+      info.last_in_call = k + 1 == accepted.size() && chain->call_ends_request;
       policy_->OnInsert(slot, parent, Fingerprint(slot),
                         static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
                                                                  UINT32_MAX)),

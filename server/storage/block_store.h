@@ -182,6 +182,10 @@ class BlockStore {
     // A block of this request did not fit: the later ones are refused too (they would hang
     // below a gap, where no Lookup reaches them).
     bool refused_room = false;
+    // Whether the next PutBlocks call ends the request (its last block is then the request's
+    // last: RequestInfo::last_in_call). A caller that commits a request in several calls sets
+    // it false for all but the last. Default: true.
+    bool call_ends_request = true;
   };
   // Stores blocks. Returns one status per block: OK (stored and durable per the durability
   // option), InvalidArgument (bad hash), ResourceExhausted (does not fit even after evicting
