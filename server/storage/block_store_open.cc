@@ -184,6 +184,12 @@ absl::Status BlockStore::Recover() {
   // Merge-join block_meta with access (same keys, same order), straight into the index: a
   // block costs its index entry and 16 bytes of restart order here, nothing more.
   std::vector<std::pair<uint64_t, uint32_t>> order;  // (touch, slot): the restart order
+  // Sized once from RocksDB's estimate of block_meta's entries (exact for compacted files; an
+  // overestimate, counting deleted or overwritten entries, is given back after the scan).
+  uint64_t estimate = 0;
+  if (!db_->GetIntProperty(cf_meta_, "rocksdb.estimate-num-keys", &estimate)) estimate = 0;
+  estimate = std::min<uint64_t>(estimate, UINT32_MAX);
+  order.reserve(estimate);
   std::vector<std::string> orphans;
   std::vector<std::string> legacy;
   uint64_t max_sequence = 0, lost = 0;
@@ -195,6 +201,7 @@ absl::Status BlockStore::Recover() {
     bool cached_known = false;
     uint32_t cached_ttl = 0;
     std::lock_guard<std::mutex> l(mu_);
+    index_.Reserve(estimate);
     for (meta->SeekToFirst(); meta->Valid(); meta->Next()) {
       const rocksdb::Slice key = meta->key();
       format::MetaValue m;
@@ -248,10 +255,12 @@ absl::Status BlockStore::Recover() {
     }
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(meta->status(), "scan block_meta"));
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(access->status(), "scan access"));
+    index_.ShrinkToFit();
     open_timings_.scan = watch.Lap();
     // Least recently used first: the policy is handed the blocks in the order they were last
     // used, so it starts from the order the store had.
     std::sort(order.begin(), order.end());
+    policy_->Reserve(index_.slot_limit());
     for (const auto& [touch, slot] : order) {
       policy_->OnInsert(slot, kNoSlot, Fingerprint(slot),
                         static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
