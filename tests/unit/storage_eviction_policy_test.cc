@@ -242,6 +242,27 @@ TEST(LrfuPolicyTest, ReserveSizesThePerSlotArraysOnce) {
   EXPECT_EQ(a, b);
 }
 
+TEST(GhostTableTest, CountsItsGhosts) {
+  lrfu::GhostTable g;
+  EXPECT_FALSE(g.Take(lrfu::Mix64(1)).has_value());  // no table yet
+  g.Resize(64);
+  EXPECT_EQ(g.size(), 0u);
+  EXPECT_FALSE(g.Take(lrfu::Mix64(1)).has_value());
+  for (uint64_t f = 1; f <= 20; ++f) g.Put(lrfu::Mix64(f), static_cast<float>(f));
+  g.Put(lrfu::Mix64(3), 30.0f);  // the same ghost again: no new one
+  EXPECT_EQ(g.size(), 20u);
+  ASSERT_TRUE(g.Take(lrfu::Mix64(3)).has_value());
+  EXPECT_FALSE(g.Take(lrfu::Mix64(3)).has_value());
+  EXPECT_EQ(g.size(), 19u);
+  g.DropAtOrAbove(0);  // every tag is >= 0... and != 0: all dropped
+  EXPECT_EQ(g.size(), 0u);
+  EXPECT_FALSE(g.Take(lrfu::Mix64(5)).has_value());
+  g.Put(lrfu::Mix64(7), 1.0f);
+  EXPECT_EQ(g.size(), 1u);
+  g.Resize(128);
+  EXPECT_EQ(g.size(), 0u);
+}
+
 // -- replays of the public Mooncake trace (../shared/data/traces), skipped without it ----------
 
 std::vector<TraceRequest> LoadMooncake() {
