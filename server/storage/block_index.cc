@@ -79,6 +79,19 @@ uint32_t BlockIndex::Insert(uint64_t namespace_id, std::string_view hash, uint64
   return slot;
 }
 
+void BlockIndex::Reserve(size_t blocks) {
+  keys_.reserve(blocks);
+  chunks_.reserve((blocks >> kChunkBits) + 1);
+}
+
+void BlockIndex::ShrinkToFit() {
+  // What the set would have grown to by itself; rehash(0) rehashes even when that is its size.
+  absl::flat_hash_set<uint32_t, SlotHash, SlotEq> fitted(0, SlotHash{this}, SlotEq{this});
+  fitted.reserve(keys_.size());
+  if (fitted.capacity() < keys_.capacity()) keys_.rehash(0);
+  free_slots_.shrink_to_fit();
+}
+
 void BlockIndex::Erase(uint32_t slot) {
   BlockEntry& e = at(slot);
   keys_.erase(slot);

@@ -70,6 +70,11 @@ class BlockIndex {
   // Adds a block (its key must be absent); returns its slot.
   uint32_t Insert(uint64_t namespace_id, std::string_view hash, uint64_t sequence,
                   const RecordLocation& location, uint32_t last_access);
+  // A hint: about `blocks` blocks are about to be inserted (recovery), so the key set is sized
+  // once instead of rehashed as it grows. ShrinkToFit afterwards gives back what an
+  // overestimate reserved.
+  void Reserve(size_t blocks);
+  void ShrinkToFit();
   // Removes the block in `slot` (which must be in use) and frees the slot.
   void Erase(uint32_t slot);
 

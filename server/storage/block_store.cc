@@ -755,7 +755,9 @@ DbStats BlockStore::GetDbStats() const {
   d.value_log_bytes = log_->AllocatedBytes();
   d.value_log_segments = log_->SegmentCount();
   std::lock_guard<std::mutex> l(mu_);
-  d.index_memory_bytes = index_.MemoryBytes() + policy_->MemoryBytes();
+  d.block_index_memory_bytes = index_.MemoryBytes();
+  d.policy_memory_bytes = policy_->MemoryBytes();
+  d.index_memory_bytes = d.block_index_memory_bytes + d.policy_memory_bytes;
   return d;
 }
 

@@ -129,7 +129,25 @@ struct DbStats {
   uint64_t value_log_bytes = 0;           // allocated bytes of the value-log segments
   uint64_t value_log_segments = 0;        // segment files
   uint64_t pending_compaction_bytes = 0;  // rocksdb.estimate-pending-compaction-bytes
-  uint64_t index_memory_bytes = 0;        // the in-memory index and eviction policy
+  uint64_t index_memory_bytes = 0;        // the in-memory index and eviction policy, together
+  uint64_t block_index_memory_bytes = 0;  // ... of which the index (entries and key set)
+  uint64_t policy_memory_bytes = 0;       // ... of which the eviction policy
+};
+
+// How long the last Open took, step by step (Open logs them at info). Each step: wall
+// seconds, and CPU seconds of the opening thread (RocksDB's background threads not included;
+// the CPU time is what a busy machine cannot hide).
+struct OpenStep {
+  double wall_s = 0;
+  double cpu_s = 0;
+};
+struct OpenTimings {
+  OpenStep repair_check;  // RepairIfDamaged: a first open, every live SST's checksums read
+  OpenStep rocksdb_open;  // DB::Open (WAL replay), the value log and policy objects
+  OpenStep scan;          // Recover: block_meta merge-joined with access into the index
+  OpenStep policy;        // Recover: the blocks handed to the eviction policy in order
+  OpenStep reclaim;       // Recover: orphans deleted, unreferenced value-log pages freed
+  OpenStep total;         // all of Open (the above, the migration, the disk measurement)
 };
 
 // A stored value read without a further copy: `bytes` stay valid while `owner` (or a copy of
@@ -234,6 +252,8 @@ class BlockStore {
   uint64_t StoredValueBytes(absl::Span<const uint64_t> namespace_ids) const;
   DbStats GetDbStats() const;
   const StorageOptions& options() const { return options_; }
+  // Set once by Open; constant afterwards.
+  const OpenTimings& open_timings() const { return open_timings_; }
 
  private:
   BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock);
@@ -287,6 +307,7 @@ class BlockStore {
   rocksdb::ColumnFamilyHandle* cf_namespaces_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_namespaces_copy_ = nullptr;
   RepairReport repair_;  // set by OpenDb
+  OpenTimings open_timings_;  // set by Open
   std::unique_ptr<ValueLog> log_;
   std::unique_ptr<NamespaceTable> namespaces_;
   DiskGuard disk_;

@@ -99,6 +99,9 @@ class EvictionPolicy {
   virtual uint64_t charged_bytes() const = 0;
   // Bytes of memory the policy holds (per-slot arrays, heaps, tables; capacity, not size).
   virtual size_t MemoryBytes() const = 0;
+  // A hint: slots [0, slots) are about to be inserted (the store's recovery), so per-slot
+  // arrays are sized once instead of grown by doubling (which leaves up to half unused).
+  virtual void Reserve(size_t slots) { (void)slots; }
 };
 
 // Least recently used first, in chain order: a hit or a put places a block immediately less
@@ -122,6 +125,7 @@ class LruPolicy final : public EvictionPolicy {
   size_t blocks() const override { return blocks_; }
   uint64_t charged_bytes() const override { return bytes_; }
   size_t MemoryBytes() const override;
+  void Reserve(size_t slots) override { nodes_.reserve(slots); }
 
  private:
   struct Node {

@@ -357,6 +357,11 @@ uint64_t LrfuPolicy::SelectVictims(uint64_t bytes_needed, std::optional<uint32_t
   return listed;
 }
 
+void LrfuPolicy::Reserve(size_t slots) {
+  nodes_.reserve(slots);
+  heap_.reserve(slots);  // every block is a leaf until a hit links it to its parent
+}
+
 size_t LrfuPolicy::MemoryBytes() const {
   size_t bytes = nodes_.capacity() * sizeof(Node) + heap_.capacity() * sizeof(uint32_t) +
                  ghosts_.MemoryBytes();

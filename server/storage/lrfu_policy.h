@@ -90,6 +90,7 @@ class LrfuPolicy final : public EvictionPolicy {
   size_t blocks() const override { return blocks_; }
   uint64_t charged_bytes() const override { return bytes_; }
   size_t MemoryBytes() const override;
+  void Reserve(size_t slots) override;
 
   // The half-life in use, in turnovers of the capacity, and how often it changed.
   double half_life() const { return half_life_; }

@@ -56,6 +56,7 @@ class GhostTable {
   // Room for about `entries` ghosts (rounded up to a power of two of buckets); drops all.
   void Resize(size_t entries);
   size_t capacity() const { return slots_.size(); }
+  size_t size() const { return size_; }  // ghosts held
   // `mixed`: Mix64 of the fingerprint.
   void Put(uint64_t mixed, float key);
   // The ghost's key, removed; nullopt when none.
@@ -85,6 +86,7 @@ class GhostTable {
 
   std::vector<Slot> slots_;
   uint64_t bucket_mask_ = 0;
+  size_t size_ = 0;  // slots with a tag: Take skips the probe (a cache miss) when 0
 };
 
 // A cache simulated on a sample of the blocks (those whose mixed fingerprint's high 32 bits fall

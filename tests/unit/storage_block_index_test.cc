@@ -101,5 +101,32 @@ TEST(BlockIndexTest, MemoryPerEntryStaysSmall) {
   EXPECT_GE(per_block, 64.0);
 }
 
+TEST(BlockIndexTest, ReserveThenShrinkToFitGivesBackAnOverestimate) {
+  // Recovery reserves from RocksDB's estimate of the entries (which counts deleted ones too),
+  // then gives back what was not needed.
+  BlockIndex index;
+  index.Reserve(1 << 20);
+  const uint64_t reserved = index.MemoryBytes();
+  std::string hash(20, 'r');
+  for (int i = 0; i < 1000; ++i) {
+    std::memcpy(hash.data(), &i, sizeof(i));
+    index.Insert(3, hash, i + 1, At(1, i + 1, 4000), 0);
+  }
+  index.ShrinkToFit();
+  // One chunk of entries (64 Ki x 64 bytes) and a key set for 1,000, not for 1 Mi.
+  EXPECT_LT(index.MemoryBytes(), reserved);
+  EXPECT_LE(index.MemoryBytes(), (uint64_t{64} << 16) + (uint64_t{64} << 10));
+  for (int i = 0; i < 1000; ++i) {
+    std::memcpy(hash.data(), &i, sizeof(i));
+    const uint32_t s = index.Find(3, hash);
+    ASSERT_NE(s, kNoSlot);
+    EXPECT_EQ(index.at(s).sequence, static_cast<uint64_t>(i + 1));
+  }
+  // A set already the size it would have grown to is left alone (no rehash).
+  const uint64_t fitted = index.MemoryBytes();
+  index.ShrinkToFit();
+  EXPECT_EQ(index.MemoryBytes(), fitted);
+}
+
 }  // namespace
 }  // namespace turbokv::server

@@ -220,6 +220,49 @@ TEST(LrfuPolicyTest, AnEvictedBlockThatComesBackResumesItsValue) {
   EXPECT_EQ(out[0], 1u);
 }
 
+TEST(LrfuPolicyTest, ReserveSizesThePerSlotArraysOnce) {
+  // A store's recovery inserts every block at once: Reserve keeps the arrays at their size
+  // instead of the next power of two (24-byte node and 4-byte heap entry per slot).
+  constexpr uint32_t kSlots = 100000;
+  LrfuOptions lo;
+  lo.ghost_ratio = 0;
+  LrfuPolicy grown(lo), reserved(lo);
+  reserved.Reserve(kSlots);
+  for (uint32_t s = 0; s < kSlots; ++s) {
+    grown.OnInsert(s, kNoSlot, s + 1, 1, 0, Request(s + 1));
+    reserved.OnInsert(s, kNoSlot, s + 1, 1, 0, Request(s + 1));
+  }
+  EXPECT_LT(reserved.MemoryBytes(), grown.MemoryBytes());
+  EXPECT_LE(reserved.MemoryBytes(), size_t{kSlots} * 28 + (size_t{8} << 20));  // + shadows
+  // Same ranking either way.
+  auto all = [](uint32_t) { return true; };
+  std::vector<uint32_t> a, b;
+  grown.SelectVictims(100, std::nullopt, all, &a);
+  reserved.SelectVictims(100, std::nullopt, all, &b);
+  EXPECT_EQ(a, b);
+}
+
+TEST(GhostTableTest, CountsItsGhosts) {
+  lrfu::GhostTable g;
+  EXPECT_FALSE(g.Take(lrfu::Mix64(1)).has_value());  // no table yet
+  g.Resize(64);
+  EXPECT_EQ(g.size(), 0u);
+  EXPECT_FALSE(g.Take(lrfu::Mix64(1)).has_value());
+  for (uint64_t f = 1; f <= 20; ++f) g.Put(lrfu::Mix64(f), static_cast<float>(f));
+  g.Put(lrfu::Mix64(3), 30.0f);  // the same ghost again: no new one
+  EXPECT_EQ(g.size(), 20u);
+  ASSERT_TRUE(g.Take(lrfu::Mix64(3)).has_value());
+  EXPECT_FALSE(g.Take(lrfu::Mix64(3)).has_value());
+  EXPECT_EQ(g.size(), 19u);
+  g.DropAtOrAbove(0);  // every tag is >= 0... and != 0: all dropped
+  EXPECT_EQ(g.size(), 0u);
+  EXPECT_FALSE(g.Take(lrfu::Mix64(5)).has_value());
+  g.Put(lrfu::Mix64(7), 1.0f);
+  EXPECT_EQ(g.size(), 1u);
+  g.Resize(128);
+  EXPECT_EQ(g.size(), 0u);
+}
+
 // -- replays of the public Mooncake trace (../shared/data/traces), skipped without it ----------
 
 std::vector<TraceRequest> LoadMooncake() {
