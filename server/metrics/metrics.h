@@ -80,6 +80,9 @@ class Metrics {
   // The in-flight budget: bytes in use (turbokv_in_flight_bytes) and calls refused after
   // waiting (turbokv_admission_rejections_total, advanced to the running total).
   void UpdateAdmission(uint64_t in_flight_bytes, uint64_t rejections_total);
+  // The KV-event publisher's running totals of events sent and dropped
+  // (turbokv_kv_events_published_total, turbokv_kv_events_dropped_total).
+  void UpdateKvEvents(uint64_t published_total, uint64_t dropped_total);
   // Codec work on `path` (kCuda only when the selected backend is CUDA; else counted as CPU).
   void RecordCodec(CodecOp op, CodecPath path, double seconds, uint64_t bytes);
   void RecordCodecFallback(CodecOp op, CodecFallback reason);
@@ -139,6 +142,8 @@ class Metrics {
   prometheus::Counter* internal_failures_;
   prometheus::Gauge* in_flight_bytes_;
   prometheus::Counter* admission_rejections_;
+  prometheus::Counter* kv_events_published_;
+  prometheus::Counter* kv_events_dropped_;
 
   std::mutex child_mu_;  // serializes the creation of lazy children
   std::mutex mu_;        // guards the last-seen store totals below
@@ -148,6 +153,8 @@ class Metrics {
   uint64_t seen_checksum_failures_ = 0;
   uint64_t seen_write_resumes_ = 0;
   uint64_t seen_admission_rejections_ = 0;
+  uint64_t seen_kv_events_published_ = 0;
+  uint64_t seen_kv_events_dropped_ = 0;
 };
 
 }  // namespace turbokv::server
