@@ -164,9 +164,12 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
         }));
   }
   TURBOKV_ASSIGN_OR_RETURN(store_,
-                           BlockStore::Open(options.storage, [](absl::Span<const uint8_t> value) {
-                             return codec::VerifyPackedChecksum(value);
-                           }));
+                           BlockStore::Open(
+                               options.storage,
+                               [](absl::Span<const uint8_t> value) {
+                                 return codec::VerifyPackedChecksum(value);
+                               },
+                               /*clock=*/nullptr, kv_events_.get()));
   registry_ = std::make_unique<NamespaceRegistry>(store_.get(), options.codec.default_preset,
                                                    options.limits);
   TURBOKV_RETURN_IF_ERROR(registry_->Load());

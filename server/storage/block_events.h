@@ -5,7 +5,8 @@
 // The store calls a BlockEventSink after each change is committed to RocksDB:
 //   * OnBlocksStored   a PutBlocks made blocks visible (not for blocks it refused or failed);
 //   * OnBlocksRemoved  blocks went away: evicted to make room, expired (TTL), deleted by a
-//                      client (DeleteBlocks), or dropped because they failed verification;
+//                      client (DeleteBlocks), dropped because they failed verification, or
+//                      lost with a put that was replacing them and failed to write;
 //   * OnNamespaceCleared  DropNamespace removed the namespace and every block in it (no
 //                      per-block removals are reported for them).
 // A hash is reported only for a block that existed (was stored, or was in the index when it
@@ -36,10 +37,11 @@ enum class RemovalReason {
   kExpired,  // the namespace's TTL passed since the block's last use
   kDeleted,  // a client's DeleteBlocks
   kCorrupt,  // the stored value failed verification and was deleted
+  kLost,     // a put replacing it failed to write after its old value was released
 };
-inline constexpr int kNumRemovalReasons = 4;
+inline constexpr int kNumRemovalReasons = 5;
 
-// "evicted", "expired", "deleted", "corrupt".
+// "evicted", "expired", "deleted", "corrupt", "lost".
 constexpr const char* RemovalReasonName(RemovalReason reason) {
   switch (reason) {
     case RemovalReason::kEvicted:
@@ -50,6 +52,8 @@ constexpr const char* RemovalReasonName(RemovalReason reason) {
       return "deleted";
     case RemovalReason::kCorrupt:
       return "corrupt";
+    case RemovalReason::kLost:
+      return "lost";
   }
   return "unknown";
 }
