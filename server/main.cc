@@ -112,6 +112,12 @@ int main(int argc, char** argv) {
       "btrfs, tmpfs, f2fs, NFS 4.2)");
   add("--metrics-listen", options.metrics.listen_address,
       "Prometheus /metrics address HOST:PORT; port 0 picks a free port; \"\" disables");
+  add("--kv-events-listen", options.kv_events.listen_address,
+      "Publish the store's block events (stored, evicted, expired, deleted, namespace "
+      "dropped) for KV-aware routers on a ZMQ PUB socket at HOST:PORT (an IP or *; port 0 "
+      "picks a free one) or unix:PATH, in vLLM's KV-event schema (msgpack), one topic per "
+      "namespace (docs/kv-events.md); \"\" = off. Unauthenticated: bind it to a trusted "
+      "network");
   add("--capacity", capacity,
       "Hard budget on the data directory's bytes (the value log's page-aligned records of "
       "packed blocks and RocksDB's metadata files; only the disk reserve comes on top): plain "
@@ -287,6 +293,10 @@ int main(int argc, char** argv) {
       options.codec.default_preset, (*server)->recovered_namespaces(),
       (*server)->recovered_blocks());
 
+  if (!(*server)->kv_events_endpoint().empty()) {
+    spdlog::info("KV events published on {} (topics turbokv/<namespace id>)",
+                 (*server)->kv_events_endpoint());
+  }
   if ((*server)->health_port() != 0) {
     spdlog::info("plaintext health checks on {} (port {})", options.health_listen_address,
                  (*server)->health_port());

@@ -17,6 +17,7 @@
 #include "prometheus/registry.h"
 #include "server/auth/authenticator.h"
 #include "server/auth/tls_credentials.h"
+#include "server/events/kv_event_publisher.h"
 #include "server/metrics/metrics.h"
 #include "server/metrics/process_metrics.h"
 #include "server/service/codec_backend.h"
@@ -152,13 +153,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 
 absl::Status Server::StartServing(const CodecBackend& backend) {
   const ServerOptions& options = options_;
+  if (!options.kv_events.listen_address.empty()) {
+    // block_size of BlockStored: the registry is built after the publisher, and is read on
+    // the publisher's thread only (never under the store's locks).
+    TURBOKV_ASSIGN_OR_RETURN(
+        kv_events_, KvEventPublisher::Start(options.kv_events, [this](uint64_t id) -> uint32_t {
+          const NamespaceRegistry* registry = events_registry_.load();
+          if (registry == nullptr) return 0;
+          absl::StatusOr<std::shared_ptr<const Namespace>> ns = registry->Get(id);
+          return ns.ok() ? (*ns)->descriptor.block_tokens() : 0;
+        }));
+  }
   TURBOKV_ASSIGN_OR_RETURN(store_,
-                           BlockStore::Open(options.storage, [](absl::Span<const uint8_t> value) {
-                             return codec::VerifyPackedChecksum(value);
-                           }));
+                           BlockStore::Open(
+                               options.storage,
+                               [](absl::Span<const uint8_t> value) {
+                                 return codec::VerifyPackedChecksum(value);
+                               },
+                               /*clock=*/nullptr, kv_events_.get()));
   registry_ = std::make_unique<NamespaceRegistry>(store_.get(), options.codec.default_preset,
                                                    options.limits);
   TURBOKV_RETURN_IF_ERROR(registry_->Load());
+  events_registry_.store(registry_.get());
   const StoreStats recovered = store_->Stats();
   recovered_namespaces_ = recovered.namespaces.size();
   recovered_blocks_ = recovered.blocks;
@@ -257,6 +273,10 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
   return absl::OkStatus();
 }
 
+std::string Server::kv_events_endpoint() const {
+  return kv_events_ != nullptr ? kv_events_->endpoint() : std::string();
+}
+int Server::kv_events_port() const { return kv_events_ != nullptr ? kv_events_->port() : 0; }
 const std::string& Server::codec_backend() const { return context_->backend.name; }
 int Server::codec_threads() const { return pool_->threads(); }
 int Server::io_threads() const { return io_pool_->threads(); }
@@ -269,6 +289,10 @@ void Server::RefreshLoop() {
     if (stop_refresh_) break;
     metrics_->UpdateStore(store_->Stats(), store_->GetDbStats());
     metrics_->UpdateAdmission(budget_->in_use(), budget_->rejected());
+    if (kv_events_ != nullptr) {
+      const KvEventPublisher::Stats ev = kv_events_->stats();
+      metrics_->UpdateKvEvents(ev.published_events, ev.dropped_events);
+    }
   }
 }
 
@@ -311,6 +335,7 @@ void Server::Shutdown() {
   watchdog_.reset();  // every call is done: nothing is armed
   budget_.reset();
   store_.reset();  // persists access times, flushes memtables, closes RocksDB
+  kv_events_.reset();  // sends what the store reported last, then closes the socket
 }
 
 Server::~Server() { Shutdown(); }

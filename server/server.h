@@ -5,6 +5,7 @@
 #ifndef TURBOKV_SERVER_SERVER_H_
 #define TURBOKV_SERVER_SERVER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,7 @@ class ByteBudget;
 class CallWatchdog;
 class CodecPool;
 struct CodecBackend;
+class KvEventPublisher;
 class Metrics;
 class NamespaceRegistry;
 class ProcessMetrics;
@@ -61,6 +63,9 @@ class Server {
   int io_threads() const;                  // bound gRPC port
   int metrics_port() const { return metrics_port_; }  // 0 when metrics are disabled
   int health_port() const { return health_port_; }    // 0 without --health-listen
+  // The bound KV-event endpoint ("tcp://127.0.0.1:40123"); "" without --kv-events-listen.
+  std::string kv_events_endpoint() const;
+  int kv_events_port() const;                         // 0 without --kv-events-listen
   const std::string& codec_backend() const;           // "cpu-avx2", "cuda", ...
   const std::string& codec_backend_detail() const;    // GPU name, or why not CUDA
   uint64_t recovered_namespaces() const { return recovered_namespaces_; }
@@ -73,8 +78,12 @@ class Server {
   void RefreshLoop();
 
   ServerOptions options_;
+  // Declared before the store: the store reports to it, so it is destroyed after the store.
+  std::unique_ptr<KvEventPublisher> kv_events_;  // null without kv_events.listen_address
   std::unique_ptr<BlockStore> store_;
   std::unique_ptr<NamespaceRegistry> registry_;
+  // registry_ for the KV-event publisher's thread (set once it is loaded).
+  std::atomic<const NamespaceRegistry*> events_registry_{nullptr};
   std::unique_ptr<CodecPool> pool_;
   std::unique_ptr<CodecPool> io_pool_;
   std::unique_ptr<ByteBudget> budget_;

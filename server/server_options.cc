@@ -146,6 +146,7 @@ absl::Status ServerOptions::Validate() const {
     TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("metrics.listen_address",
                                                   metrics.listen_address));
   }
+  TURBOKV_RETURN_IF_ERROR(kv_events.Validate());
   if (shutdown_grace_ms < 0) {
     return absl::InvalidArgumentError("shutdown_grace_ms must be >= 0");
   }

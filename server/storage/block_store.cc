@@ -193,9 +193,21 @@ absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
     const absl::Status written = Write(batch, /*durable=*/true);
     // The records are gone whether the write went through or not.
     std::lock_guard<std::mutex> l(mu_);
+    std::vector<uint32_t> live;
     for (const Superseded& b : blocks) {
-      if (index_.at(b.slot).sequence != b.sequence) continue;
-      Forget(b.slot, EraseReason::kDeleted);
+      if (index_.at(b.slot).sequence == b.sequence) live.push_back(b.slot);
+    }
+    if (events_ != nullptr) {
+      // Dropped: one event for the namespace. A failed write leaves the namespace, without
+      // these blocks.
+      if (written.ok()) {
+        events_->OnNamespaceCleared(id);
+      } else {
+        ReportRemoved(live, RemovalReason::kDeleted);
+      }
+    }
+    for (uint32_t slot : live) {
+      Forget(slot, EraseReason::kDeleted);
       ++dropped;
     }
     return written;
@@ -426,6 +438,19 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   std::vector<RecordLocation> garbage;  // records appended but not published
   l.lock();
   reserved_bytes_ -= reserved;
+  if (events_ != nullptr) {
+    // Gone whatever the write did: the victims, and with a failed write the blocks the put
+    // was replacing (a successful one reports them stored below).
+    std::vector<uint32_t> evicted, lost;
+    for (const Superseded& v : victims) {
+      if (index_.at(v.slot).sequence == v.sequence) evicted.push_back(v.slot);
+    }
+    for (const Superseded& o : overwritten) {
+      if (!s.ok() && index_.at(o.slot).sequence == o.sequence) lost.push_back(o.slot);
+    }
+    ReportRemoved(std::move(evicted), RemovalReason::kEvicted);
+    ReportRemoved(std::move(lost), RemovalReason::kLost);
+  }
   for (const Superseded& v : victims) {
     if (index_.at(v.slot).sequence != v.sequence) continue;
     Forget(v.slot, EraseReason::kEvicted);
@@ -450,12 +475,14 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     for (size_t k = 0; k < accepted.size(); ++k) last_of[keys[accepted[k]]] = k;
     const bool namespace_alive = namespaces_->Contains(namespace_id);
     const bool has_ttl = namespaces_->TtlSeconds(namespace_id) != 0;
+    std::vector<std::string_view> stored;  // for events_: in put order, each hash once
     for (size_t k = 0; k < accepted.size(); ++k) {
       const size_t i = accepted[k];
       if (last_of[keys[i]] != k || !namespace_alive) {
         garbage.push_back((*placed)[k]);
         continue;
       }
+      if (events_ != nullptr) stored.push_back(blocks[i].hash);
       // Dropped meanwhile? Then its metadata went with the namespace's range deletion.
       const uint32_t slot =
           index_.Insert(namespace_id, blocks[i].hash, records[k].sequence, (*placed)[k],
@@ -479,6 +506,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
         QueueExpiry(slot);
       }
     }
+    if (!stored.empty()) events_->OnBlocksStored(namespace_id, stored);
   }
   ReleaseKeys(locked);
   ReleaseKeys(victim_keys);
@@ -588,10 +616,11 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
                    "such line)", absl::BytesToHexString(corrupt.front()),
                    checksum_log_.TakeCount());
     }
-    TURBOKV_RETURN_IF_ERROR(DeleteKeys(corrupt).status());
+    TURBOKV_RETURN_IF_ERROR(DeleteKeys(corrupt, RemovalReason::kCorrupt).status());
   }
   if (!expired.empty()) {
-    TURBOKV_ASSIGN_OR_RETURN(uint64_t n, DeleteKeys(expired, /*only_expired_at=*/now));
+    TURBOKV_ASSIGN_OR_RETURN(uint64_t n,
+                             DeleteKeys(expired, RemovalReason::kExpired, /*only_expired_at=*/now));
     std::lock_guard<std::mutex> l(mu_);
     expired_blocks_ += n;
   }
@@ -656,11 +685,11 @@ absl::StatusOr<uint64_t> BlockStore::DeleteBlocks(uint64_t namespace_id,
       if (index_.Find(namespace_id, hash) != kNoSlot) keys.push_back(BlockKey(namespace_id, hash));
     }
   }
-  return DeleteKeys(std::move(keys));
+  return DeleteKeys(std::move(keys), RemovalReason::kDeleted);
 }
 
 absl::StatusOr<uint64_t> BlockStore::DeleteKeys(std::vector<std::string> keys,
-                                                int64_t only_expired_at) {
+                                                RemovalReason reason, int64_t only_expired_at) {
   if (keys.empty()) return 0;
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
@@ -690,14 +719,34 @@ absl::StatusOr<uint64_t> BlockStore::DeleteKeys(std::vector<std::string> keys,
     if (s.ok()) s = Write(&batch, /*durable=*/true);
   }
   l.lock();
+  std::vector<uint32_t> live;  // the records are gone whatever the write did
   for (const Superseded& g : gone) {
-    if (index_.at(g.slot).sequence == g.sequence) {
-      Forget(g.slot, only_expired_at != 0 ? EraseReason::kExpired : EraseReason::kDeleted);
-    }
+    if (index_.at(g.slot).sequence == g.sequence) live.push_back(g.slot);
+  }
+  ReportRemoved(live, reason);
+  for (uint32_t slot : live) {
+    Forget(slot, only_expired_at != 0 ? EraseReason::kExpired : EraseReason::kDeleted);
   }
   ReleaseKeys(keys);
   if (!s.ok()) return s;
   return gone.size();
+}
+
+void BlockStore::ReportRemoved(std::vector<uint32_t> slots, RemovalReason reason) const {
+  if (events_ == nullptr || slots.empty()) return;
+  // One call per namespace: sort the slots by namespace (a call usually has one).
+  std::sort(slots.begin(), slots.end(), [&](uint32_t a, uint32_t b) {
+    return index_.at(a).namespace_slot < index_.at(b).namespace_slot;
+  });
+  std::vector<std::string_view> hashes;
+  for (size_t i = 0; i < slots.size();) {
+    const uint32_t ns_slot = index_.at(slots[i]).namespace_slot;
+    hashes.clear();
+    for (; i < slots.size() && index_.at(slots[i]).namespace_slot == ns_slot; ++i) {
+      hashes.push_back(index_.at(slots[i]).hash_view());
+    }
+    events_->OnBlocksRemoved(index_.NamespaceId(ns_slot), hashes, reason);
+  }
 }
 
 // ---- statistics ----------------------------------------------------------------------------

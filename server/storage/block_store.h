@@ -64,6 +64,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/storage/block_events.h"
 #include "server/storage/block_index.h"
 #include "server/storage/clock.h"
 #include "server/storage/disk_guard.h"
@@ -168,9 +169,13 @@ class BlockStore {
   // index, frees value-log pages no block references. `clock` may be null (the system
   // clock); it must outlive the store. InvalidArgument: bad options. FailedPrecondition: the
   // directory is in use, or its filesystem cannot deallocate file ranges. Unavailable /
-  // DataLoss / Internal: the store could not be opened.
+  // DataLoss / Internal: the store could not be opened. `events` may be null; else it is told
+  // of every block a put stored, every block removed (evicted, expired, deleted, dropped as
+  // corrupt, lost with a failed overwrite) and every namespace dropped, after the change and
+  // with the blocks' keys still claimed (block_events.h), and must outlive the store.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<BlockStore>> Open(
-      const StorageOptions& options, ValueVerifier verifier, const Clock* clock = nullptr);
+      const StorageOptions& options, ValueVerifier verifier, const Clock* clock = nullptr,
+      BlockEventSink* events = nullptr);
   // Persists access times, flushes memtables and closes the database.
   ~BlockStore();
   BlockStore(const BlockStore&) = delete;
@@ -256,7 +261,8 @@ class BlockStore {
   const OpenTimings& open_timings() const { return open_timings_; }
 
  private:
-  BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock);
+  BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock,
+             BlockEventSink* events);
   // Open's steps (block_store_open.cc).
   absl::Status OpenDb();
   absl::Status Recover();
@@ -283,8 +289,14 @@ class BlockStore {
   void ReleaseKeys(const std::vector<std::string>& keys);
   bool Busy(uint32_t slot) const;  // its key is claimed; requires mu_
   // Deletes blocks by key (records first, then one write, claiming the keys). only_expired_at
-  // != 0: only those still expired at that time when claimed. Returns how many went.
-  absl::StatusOr<uint64_t> DeleteKeys(std::vector<std::string> keys, int64_t only_expired_at = 0);
+  // != 0: only those still expired at that time when claimed. Returns how many went; those
+  // are reported to events_ as removed for `reason`.
+  absl::StatusOr<uint64_t> DeleteKeys(std::vector<std::string> keys, RemovalReason reason,
+                                      int64_t only_expired_at = 0);
+  // Reports blocks (slots still in the index: call before Forget) to events_ as removed, one
+  // call per namespace. Requires mu_, with the blocks' keys still claimed, so a block's
+  // reports keep the order of its changes. Cost: the sink's copy of the hashes (no I/O).
+  void ReportRemoved(std::vector<uint32_t> slots, RemovalReason reason) const;
   absl::Status FlushAccessTimes();
   void CloseDb();  // flushes and closes db_ (destructor)
   [[nodiscard]] absl::Status LockDataDir();
@@ -298,6 +310,7 @@ class BlockStore {
   const StorageOptions options_;
   const ValueVerifier verifier_;
   const Clock* const clock_;
+  BlockEventSink* const events_;  // may be null
 
   rocksdb::DB* db_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_default_ = nullptr;

@@ -66,20 +66,24 @@ class Stopwatch {
 
 }  // namespace
 
-BlockStore::BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock)
+BlockStore::BlockStore(const StorageOptions& options, ValueVerifier verifier, const Clock* clock,
+                       BlockEventSink* events)
     : options_(options),
       verifier_(std::move(verifier)),
       clock_(clock != nullptr ? clock : SystemClock()),
+      events_(events),
       disk_(options) {}
 
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOptions& options,
                                                              ValueVerifier verifier,
-                                                             const Clock* clock) {
+                                                             const Clock* clock,
+                                                             BlockEventSink* events) {
   TURBOKV_RETURN_IF_ERROR(options.Validate());
   if (!verifier) return absl::InvalidArgumentError("BlockStore::Open needs a value verifier");
   spdlog::info("RocksDB's CRC32C (WAL records) runs on {}", RocksDbCrc32cImplementation());
   Stopwatch watch;
-  std::unique_ptr<BlockStore> store(new BlockStore(options, std::move(verifier), clock));
+  std::unique_ptr<BlockStore> store(
+      new BlockStore(options, std::move(verifier), clock, events));
   TURBOKV_RETURN_IF_ERROR(store->OpenDb());
   TURBOKV_RETURN_IF_ERROR(store->Recover());
   store->disk_.CreateReserve();
@@ -489,7 +493,8 @@ absl::Status BlockStore::RunMaintenance() {
       }
     }
     if (!due.empty()) {
-      TURBOKV_ASSIGN_OR_RETURN(uint64_t n, DeleteKeys(std::move(due), /*only_expired_at=*/now));
+      TURBOKV_ASSIGN_OR_RETURN(
+          uint64_t n, DeleteKeys(std::move(due), RemovalReason::kExpired, /*only_expired_at=*/now));
       std::lock_guard<std::mutex> l(mu_);
       expired_blocks_ += n;
     }

@@ -14,14 +14,20 @@ from turbokv.integrations import vllm_layout  # noqa: E402
 
 
 def _cpu_write(isa):
+    """vLLM's CPU cache write for one ISA, called as CPUAttentionBackendImpl.do_kv_cache_update
+    calls it (the connector itself goes through the layer's do_kv_cache_update; here the op is
+    called directly to try every ISA, dtype and head size without building a model)."""
     from vllm import _custom_ops as ops
 
-    def write(k, v, kc, vc, slots):
+    def write(k, v, kv, slots):
+        b, h, n, d2 = kv.shape
+        kc, vc = kv.view(b, h, 2 * n, d2 // 2).chunk(2, dim=2)
         ops.cpu_attn_reshape_and_cache(k, v, kc, vc, slots, isa)
     return write
 
 
 def _isa(dtype, block_size, head_dim):
+    # Test-only use of vLLM's private ISA choice (the connector reads the layer's own `isa`).
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
     return _get_attn_isa(dtype, block_size, head_dim)
 
@@ -51,8 +57,7 @@ def test_cpu_layout_matches_what_vllm_attention_writes(dtype, block_size, head_d
     k = torch.randn((blocks * block_size, heads, head_dim), generator=g).to(dtype)
     v = torch.randn((blocks * block_size, heads, head_dim), generator=g).to(dtype)
     slots = torch.randperm(blocks * block_size, generator=g)
-    kc, vc = kv.view(blocks, heads, 2 * block_size, head_dim).chunk(2, dim=2)
-    _cpu_write(isa)(k, v, kc, vc, slots)
+    _cpu_write(isa)(k, v, kv, slots)
     ids = torch.tensor([3, 0, 4], dtype=torch.int64)
     gk, gv = layout.gather(kv, ids)
     assert gk.shape == (3, block_size, heads, head_dim)
@@ -92,8 +97,29 @@ def test_unmapped_backend_is_refused_by_name():
 
 
 def test_probe_rejects_an_op_that_drops_positions():
-    def lossy(k, v, kc, vc, slots):
-        kc[:, :, :-1, :] = k.transpose(0, 1)[None, :, :-1, :]
-        vc[:] = v.transpose(0, 1)[None]
+    def lossy(k, v, kv, slots):
+        kv[0, :, :-1, :64] = k.transpose(0, 1)[:, :-1, :]
+        kv[0, :, :, 64:] = v.transpose(0, 1)
     with pytest.raises(ValueError, match="unwritten"):
         vllm_layout.probe_cpu_layout(lossy, torch.float32, 32, 64)
+
+
+def test_an_arbitrary_tile_permutation_round_trips():
+    """A kernel whose tiles are neither [N][D] nor [D][N] goes through the index path: what is
+    scattered lands where the permutation says, and gathers back exactly."""
+    n, d, heads, blocks = 16, 32, 2, 4
+    g = torch.Generator().manual_seed(5)
+    k_index, v_index = torch.randperm(n * d, generator=g), torch.randperm(n * d, generator=g)
+    layout = vllm_layout.CpuTileLayout(n, d, k_index, v_index)
+    assert "K=permuted V=permuted" in layout.name
+    kv = torch.zeros((blocks, heads, n, 2 * d))
+    ids = torch.tensor([2, 0], dtype=torch.int64)
+    k, v = torch.randn((2, n, heads, d), generator=g), torch.randn((2, n, heads, d), generator=g)
+    layout.scatter(kv, ids, k, v)
+    tiles = kv.view(blocks, heads, 2, n * d)
+    # (token t, dim j) of head h of block ids[0] is at k_index[t * d + j] in its K tile.
+    assert torch.equal(tiles[2, 1, 0, k_index[3 * d + 7]], k[0, 3, 1, 7])
+    assert torch.equal(tiles[0, 0, 1, v_index[5 * d + 2]], v[1, 5, 0, 2])
+    gk, gv = layout.gather(kv, ids)
+    assert torch.equal(gk, k) and torch.equal(gv, v)
+    assert not tiles[[1, 3]].any()

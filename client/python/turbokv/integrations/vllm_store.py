@@ -17,6 +17,9 @@ from turbokv.security import Security
 # A child of vLLM's "vllm" logger, so lines come out with vLLM's format and level.
 logger = logging.getLogger("vllm.turbokv")
 
+#: The ``medium`` of the KV events the connector publishes (and turbokv-server's own events).
+KV_EVENT_MEDIUM = "turbokv"
+
 #: Namespace dtype of each torch KV-cache dtype name.
 TORCH_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
 
@@ -43,6 +46,10 @@ class ConnectorOptions:
     max_pending_save_mib: host memory for blocks waiting to be put; new saves past it are
         dropped (counted). Default 1024.
     save_decode: also save blocks completed during decode (multi-turn reuse). Default True.
+    idle_wait_s: in a step that runs no forward (vLLM has only requests waiting for their
+        blocks), the worker waits up to this long for a fetch to finish before returning to
+        vLLM's loop, which would otherwise spin (and hold the GIL the fetch threads need);
+        0 = never wait. Default 0.02.
     replicas: copies per block with several nodes. Default 1.
     tls: TLS with the system's CA roots (implied by tls_ca). Default False.
     tls_ca / tls_cert / tls_key: PEM CA bundle to trust; client certificate and key for a
@@ -65,6 +72,7 @@ class ConnectorOptions:
     retry_after_s: float = 1.0
     max_pending_save_mib: int = 1024
     save_decode: bool = True
+    idle_wait_s: float = 0.02
     replicas: int = 1
     tls: bool = False
     tls_ca: str = ""
@@ -115,6 +123,8 @@ class ConnectorOptions:
         for name in ("lookup_timeout_s", "load_timeout_s", "save_timeout_s", "retry_after_s"):
             if not getattr(opts, name) > 0:
                 raise ValueError("turbokv connector: %s must be > 0" % name)
+        if not 0 <= opts.idle_wait_s <= 1:
+            raise ValueError("turbokv connector: idle_wait_s must be in [0, 1]")
         return opts
 
 

@@ -1,16 +1,29 @@
 """Worker side of the vLLM connector: fetches into and saves from vLLM's paged KV cache.
 
+Two classes:
+
+* :class:`WorkerSide` moves the data (torch only, no vLLM import: testable on its own).
+* :class:`TurboKVConnectorWorker` is the worker half of the connector: it maps vLLM's layer
+  tensors and attention backends to layouts and drives :class:`WorkerSide` from the step
+  hooks (vLLM is imported inside its methods).
+
 Threads: network calls run on two small pools (``turbokv-load``, ``turbokv-save``), never on
 the forward pass. A load is asynchronous in vLLM's sense: the scheduler parks the request
-(WAITING_FOR_REMOTE_KVS) while the load pool fetches its blocks; the copy into the paged cache
-then happens on the worker's own thread in ``get_finished`` (so on CUDA it is ordered on the
-current stream before the request's first forward). Saves gather the new blocks of each layer
-in ``wait_for_save`` (on CUDA into a device buffer, then one non-blocking copy to pinned host
+(WAITING_FOR_REMOTE_KVS) while the load pool fetches its blocks (the server decodes them straight
+into one host buffer per request); the copy into the paged cache then happens on the worker's
+own thread in ``get_finished`` (so on CUDA it is ordered on the current stream before the
+request's first forward). When a step runs no forward (the scheduler has nothing but requests
+waiting for their blocks), ``get_finished`` waits up to ``idle_wait_s`` for a fetch to finish
+instead of returning at once: vLLM's engine loop would otherwise spin, and with it hold the
+GIL the fetch threads need to receive their data. Saves gather the new blocks of each layer in
+``wait_for_save`` (on CUDA into a device buffer, then one non-blocking copy to pinned host
 memory) and hand them to the save pool, which puts them after the copy's event completed.
 
 Failure is a miss: a load that fails (server down, slow past ``load_timeout_s``, block missing
 or corrupt, non-finite values) writes nothing past its last good block and reports the vLLM
-blocks from there on as failed, which vLLM (``kv_load_failure_policy="recompute"``) recomputes.
+blocks from there on through ``get_block_ids_with_load_errors``; what vLLM then does is the
+user's ``kv_load_failure_policy`` (``recompute``: those blocks are recomputed; ``fail``: the
+request fails).
 """
 from __future__ import annotations
 
@@ -18,14 +31,42 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple)
 
 import torch
 
-from .vllm_layout import PagedLayout
-from .vllm_store import Counters, Health, NamespaceShape, failure_reason, logger
+from .vllm_layout import PagedLayout, make_layout
+from .vllm_store import (ConnectorOptions, Counters, Health, Namespaces, NamespaceShape,
+                         failure_reason, logger)
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
 
 _TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredRun:
+    """Consecutive blocks of one request, as a vLLM ``BlockStored`` event describes them:
+    TP rank 0's turbokv hashes, the hash of the block before the first (None: the first block
+    of the prompt), their ``len(hashes) * block_size`` token ids, and vLLM's extra keys (one
+    entry per block, or None). Hashable: workers' reports of one run compare equal."""
+    hashes: Tuple[bytes, ...]
+    parent: Optional[bytes]
+    token_ids: Tuple[int, ...]
+    block_size: int
+    lora_id: Optional[int] = None
+    lora_name: Optional[str] = None
+    extra_keys: Optional[Tuple[Optional[Tuple[Any, ...]], ...]] = None
+
+    def part(self, begin: int, end: int) -> "StoredRun":
+        """Blocks [begin, end) of this run."""
+        bs = self.block_size
+        return dataclasses.replace(
+            self, hashes=self.hashes[begin:end],
+            parent=self.hashes[begin - 1] if begin > 0 else self.parent,
+            token_ids=self.token_ids[begin * bs:end * bs],
+            extra_keys=self.extra_keys[begin:end] if self.extra_keys is not None else None)
 
 
 @dataclasses.dataclass
@@ -44,19 +85,38 @@ class LoadSpec:
 @dataclasses.dataclass
 class SaveSpec:
     """Put the turbokv blocks ``hashes[rank]``, whose tokens sit in vLLM blocks ``block_ids``
-    (``block_tokens / vllm_block_size`` of them per turbokv block, in order)."""
+    (``block_tokens / vllm_block_size`` of them per turbokv block, in order). ``announce``:
+    the blocks as a KV event describes them (set when vLLM's KV events are on)."""
     req_id: str
     salt: str
     ns_ids: List[int]
     hashes: List[List[bytes]]
     block_ids: List[int]
+    announce: Optional[StoredRun] = None
+
+
+@dataclasses.dataclass
+class LoadTiming:
+    """One request's load, seconds (time.monotonic): submitted in ``start_load_kv``, fetched
+    on the load pool, written into the paged cache in ``get_finished``."""
+    req_id: str
+    blocks: int          # turbokv blocks that arrived intact
+    bytes: int           # their raw bytes
+    queued_s: float      # submit -> fetch start
+    fetch_s: float       # GetBlocks into the host buffer (decode included)
+    wait_s: float        # fetch end -> the get_finished that wrote it
+    inject_s: float      # the copy into the paged cache
+    total_s: float       # submit -> written
 
 
 @dataclasses.dataclass
 class _LoadResult:
     spec: LoadSpec
+    submitted: float
     data: Optional[torch.Tensor] = None   # [n][L][2][bt][H][D], host (pinned with CUDA)
     good: int = 0                         # leading blocks of data that arrived intact
+    fetch_start: float = 0.0
+    fetch_end: float = 0.0
 
 
 class WorkerSide:
@@ -67,12 +127,14 @@ class WorkerSide:
         ``[num_kernel_blocks][H][N][2D]`` tensor of the layer.
       vllm_block_size: tokens per vLLM (KV-cache manager) block; a multiple of the kernel
         block size N (vLLM may split manager blocks into kernel blocks).
+      events: record what is stored and found missing for vLLM's KV events
+        (:meth:`take_reports`).
     """
 
-    def __init__(self, client, namespaces, shape: NamespaceShape, tp_rank: int,
+    def __init__(self, client: Any, namespaces: Namespaces, shape: NamespaceShape, tp_rank: int,
                  layers: Sequence[Tuple[str, torch.Tensor, PagedLayout]], vllm_block_size: int,
                  load_timeout_s: float, save_timeout_s: float, max_pending_save_bytes: int,
-                 health: Health, counters: Counters):
+                 health: Health, counters: Counters, events: bool = False):
         self._client = client
         self._namespaces = namespaces
         self._shape = shape
@@ -98,6 +160,13 @@ class WorkerSide:
         self._saves = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="turbokv-save")
         self._inflight: Dict[str, Tuple[LoadSpec, concurrent.futures.Future]] = {}
         self._invalid: Set[int] = set()
+        self._load_done = threading.Condition()
+        self._loads_finished = 0          # fetches completed (guarded by _load_done)
+        self._events = events
+        self._reports_lock = threading.Lock()
+        self._stored: List[StoredRun] = []
+        self._removed: List[bytes] = []
+        self._timings: List[LoadTiming] = []
 
     # -- ids ------------------------------------------------------------------------------
     def _kernel_ids(self, block_ids: Sequence[int]) -> torch.Tensor:
@@ -107,12 +176,21 @@ class WorkerSide:
 
     # -- loads ----------------------------------------------------------------------------
     def start_loads(self, specs: Sequence[LoadSpec]) -> None:
+        now = time.monotonic()
         for spec in specs:
-            self._inflight[spec.req_id] = (spec, self._loads.submit(self._fetch, spec))
+            self._inflight[spec.req_id] = (spec, self._loads.submit(self._fetch, spec, now))
 
-    def _fetch(self, spec: LoadSpec) -> _LoadResult:
+    def _fetch(self, spec: LoadSpec, submitted: float) -> _LoadResult:
+        try:
+            return self._fetch_blocks(spec, submitted)
+        finally:
+            with self._load_done:
+                self._loads_finished += 1
+                self._load_done.notify_all()
+
+    def _fetch_blocks(self, spec: LoadSpec, submitted: float) -> _LoadResult:
         hashes = spec.hashes[self._rank]
-        res = _LoadResult(spec)
+        res = _LoadResult(spec, submitted, fetch_start=time.monotonic())
         if not self._health.available():
             self._counters.add("load.error", len(hashes))
             self._counters.add("load.skipped_unavailable", len(hashes))
@@ -125,7 +203,6 @@ class WorkerSide:
                              spec.ns_ids[self._rank])
             self._counters.add("load.error", len(hashes))
             return res
-        t0 = time.monotonic()
         s = self._shape
         buf = torch.empty((len(hashes), s.num_layers, 2, s.block_tokens, s.num_kv_heads,
                            s.head_dim), dtype=self._dtype,
@@ -141,6 +218,10 @@ class WorkerSide:
             return res
         self._health.ok()
         res.data = buf
+        missing = [i for i, b in enumerate(got) if b is None]
+        if missing and self._events:
+            with self._reports_lock:
+                self._removed.extend(spec.hashes[0][i] for i in missing)
         for i, b in enumerate(got):
             if b is None:
                 logger.warning("turbokv: block %d of %d for request %s is gone (evicted or "
@@ -153,10 +234,22 @@ class WorkerSide:
                 self._counters.add("load.corrupt", len(hashes) - i)
                 break
             res.good = i + 1
+        res.fetch_end = time.monotonic()
         self._counters.add("load.ok", res.good)
         self._counters.add("load.bytes", res.good * s.raw_block_bytes())
-        self._counters.add("load.seconds", time.monotonic() - t0)
+        self._counters.add("load.seconds", res.fetch_end - res.fetch_start)
         return res
+
+    def wait_for_a_load(self, timeout: float) -> None:
+        """Blocks until a fetch in flight completes, or ``timeout`` seconds (releasing the GIL
+        meanwhile). Returns at once when none is in flight or one is already done."""
+        if not self._inflight or timeout <= 0:
+            return
+        with self._load_done:
+            seen = self._loads_finished
+            if any(f.done() for _, f in self._inflight.values()):
+                return
+            self._load_done.wait_for(lambda: self._loads_finished != seen, timeout)
 
     def finished_loads(self) -> Set[str]:
         """Writes every completed fetch into the paged cache; returns their request ids."""
@@ -166,7 +259,17 @@ class WorkerSide:
                 continue
             del self._inflight[req_id]
             try:
-                self._inject(fut.result())
+                res = fut.result()
+                t0 = time.monotonic()
+                self._inject(res)
+                t1 = time.monotonic()
+                if res.data is not None:
+                    self._timings.append(LoadTiming(
+                        req_id=req_id, blocks=res.good,
+                        bytes=res.good * self._shape.raw_block_bytes(),
+                        queued_s=res.fetch_start - res.submitted,
+                        fetch_s=res.fetch_end - res.fetch_start, wait_s=t0 - res.fetch_end,
+                        inject_s=t1 - t0, total_s=t1 - res.submitted))
             except Exception:  # noqa: BLE001 - a bug must not fail the request either
                 logger.exception("turbokv: load of request %s failed; recomputing", req_id)
                 self._invalid.update(spec.block_ids)
@@ -199,6 +302,11 @@ class WorkerSide:
         out, self._invalid = self._invalid, set()
         return out
 
+    def take_timings(self) -> List[LoadTiming]:
+        """The loads written into the paged cache since the last call (worker thread)."""
+        out, self._timings = self._timings, []
+        return out
+
     # -- saves ----------------------------------------------------------------------------
     def save(self, specs: Sequence[SaveSpec]) -> None:
         for spec in specs:
@@ -224,7 +332,7 @@ class WorkerSide:
                 continue
             self._saves.submit(self._put, spec, staged, event, nbytes)
 
-    def _gather(self, spec: SaveSpec, n: int):
+    def _gather(self, spec: SaveSpec, n: int) -> Tuple[torch.Tensor, Optional[Any]]:
         s = self._shape
         shape = (n, s.num_layers, 2, s.block_tokens, s.num_kv_heads, s.head_dim)
         ids = self._kernel_ids(spec.block_ids)
@@ -242,7 +350,8 @@ class WorkerSide:
         event.record()
         return host, event
 
-    def _put(self, spec: SaveSpec, staged: torch.Tensor, event, nbytes: int) -> None:
+    def _put(self, spec: SaveSpec, staged: torch.Tensor, event: Optional[Any],
+             nbytes: int) -> None:
         hashes = spec.hashes[self._rank]
         try:
             if event is not None:
@@ -268,6 +377,8 @@ class WorkerSide:
             self._counters.add("save.ok", ok)
             self._counters.add("save.bytes", ok * self._shape.raw_block_bytes())
             self._counters.add("save.stored_bytes", sum(r.stored_bytes for r in results if r.ok))
+            if spec.announce is not None and ok:
+                self._report_stored(spec.announce, [r.ok for r in results])
             if ok < len(results):
                 bad = next(r for r in results if not r.ok)
                 self._counters.add("save.error", len(results) - ok)
@@ -279,6 +390,27 @@ class WorkerSide:
             self._counters.add("save.error", len(hashes))
         finally:
             self._release(nbytes)
+
+    def _report_stored(self, run: StoredRun, ok: Sequence[bool]) -> None:
+        """One StoredRun per stretch of consecutive stored blocks (a refused block is never
+        announced)."""
+        parts: List[StoredRun] = []
+        begin = None
+        for i, good in enumerate(list(ok) + [False]):
+            if good and begin is None:
+                begin = i
+            elif not good and begin is not None:
+                parts.append(run.part(begin, i))
+                begin = None
+        with self._reports_lock:
+            self._stored.extend(parts)
+
+    def take_reports(self) -> Tuple[List[StoredRun], List[bytes]]:
+        """Blocks stored (as runs) and found missing (TP rank 0's hashes) since the last call."""
+        with self._reports_lock:
+            out = (self._stored, self._removed)
+            self._stored, self._removed = [], []
+        return out
 
     def _release(self, nbytes: int) -> None:
         with self._pending_lock:
@@ -302,3 +434,105 @@ class WorkerSide:
         self.wait_idle(timeout=self._save_timeout)
         self._saves.shutdown(wait=False)
         self._loads.shutdown(wait=False)
+
+
+def _cpu_layout_writer(attn: Any) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor,
+                                               torch.Tensor], None]:
+    """The CPU backend's own cache write for one attention layer: its impl's
+    ``do_kv_cache_update`` (which calls ``cpu_attn_reshape_and_cache`` with the ISA vLLM picked
+    for the layer), so no private vLLM function is imported. Raises NotImplementedError when
+    the layer has none (a vLLM whose CPU backend writes the cache inside forward)."""
+    impl = getattr(attn, "impl", None)
+    update = getattr(impl, "do_kv_cache_update", None)
+    if update is None or not callable(update):
+        raise NotImplementedError(
+            "TurboKVConnector: vLLM's CPU attention layer %s has no impl.do_kv_cache_update "
+            "to probe its cache layout with" % type(attn).__name__)
+
+    def write(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+              slots: torch.Tensor) -> None:
+        update(attn, key, value, kv_cache, slots)
+    return write
+
+
+class TurboKVConnectorWorker:
+    """The worker half of :class:`~turbokv.integrations.vllm.TurboKVConnector` (one per TP
+    rank): registers vLLM's layer tensors and runs the step hooks on :class:`WorkerSide`.
+
+    Args:
+      layer_names: the attention layers of the model's single KV-cache group, in order.
+      idle_wait_s: longest ``get_finished`` waits for a fetch in a step without a forward.
+    """
+
+    def __init__(self, vllm_config: "VllmConfig", opts: ConnectorOptions, shape: NamespaceShape,
+                 layer_names: Sequence[str], vllm_block_size: int, client: Any,
+                 namespaces: Namespaces, health: Health, counters: Counters, events: bool):
+        self._vllm_config = vllm_config
+        self._opts = opts
+        self._shape = shape
+        self._layer_names = list(layer_names)
+        self._vbs = int(vllm_block_size)
+        self._client = client
+        self._namespaces = namespaces
+        self._health = health
+        self.counters = counters
+        self._events = events
+        self.transfer: Optional[WorkerSide] = None
+
+    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+        ctx = self._vllm_config.compilation_config.static_forward_context
+        layouts: Dict[Tuple[str, torch.dtype, int], PagedLayout] = {}
+        layers = []
+        for name in self._layer_names:
+            kv = kv_caches[name]
+            attn = ctx[name]
+            backend = attn.attn_backend.get_name()
+            key = (backend, kv.dtype, int(kv.shape[2]))
+            if key not in layouts:      # one probe per backend, dtype and kernel block size
+                write = _cpu_layout_writer(attn) if backend == "CPU_ATTN" else None
+                layouts[key] = make_layout(backend, self._shape.head_dim, kv.dtype,
+                                           int(kv.shape[2]), cpu_write=write,
+                                           isa=str(getattr(attn, "isa", "?")))
+            layers.append((name, kv, layouts[key]))
+        s = self._shape
+        tp_rank = get_tensor_model_parallel_rank() if s.tp_size > 1 else 0
+        kv0 = layers[0][1]
+        if (kv0.shape[1], kv0.shape[3]) != (s.num_kv_heads, 2 * s.head_dim):
+            raise ValueError("TurboKVConnector: KV cache of shape %s does not match %d KV heads "
+                             "of head_dim %d" % (tuple(kv0.shape), s.num_kv_heads, s.head_dim))
+        self.transfer = WorkerSide(
+            self._client, self._namespaces, s, tp_rank, layers, self._vbs,
+            self._opts.load_timeout_s, self._opts.save_timeout_s,
+            self._opts.max_pending_save_mib << 20, self._health, self.counters,
+            events=self._events)
+        logger.info("turbokv: %d layers, KV cache %s %s on %s, layout %s, tp rank %d/%d",
+                    len(layers), tuple(kv0.shape), kv0.dtype, kv0.device, layers[0][2].name,
+                    tp_rank, s.tp_size)
+
+    def start_load_kv(self, meta: Any) -> None:
+        if self.transfer is not None and meta is not None and meta.loads:
+            self.transfer.start_loads(meta.loads)
+
+    def wait_for_save(self, meta: Any) -> None:
+        if self.transfer is not None and meta is not None and meta.saves:
+            self.transfer.save(meta.saves)
+
+    def get_finished(self, meta: Any) -> Optional[Set[str]]:
+        if self.transfer is None:
+            return None
+        if meta is not None and meta.idle:
+            self.transfer.wait_for_a_load(self._opts.idle_wait_s)
+        return self.transfer.finished_loads() or None
+
+    def get_block_ids_with_load_errors(self) -> Set[int]:
+        return self.transfer.take_invalid() if self.transfer is not None else set()
+
+    def take_reports(self) -> Tuple[List[StoredRun], List[bytes]]:
+        if self.transfer is None or not self._events:
+            return [], []
+        return self.transfer.take_reports()
+
+    def shutdown(self) -> None:
+        if self.transfer is not None:
+            self.transfer.shutdown()
