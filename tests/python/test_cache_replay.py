@@ -136,7 +136,7 @@ def test_replay_smoke_against_the_real_server(tmp_path):
         pytest.skip("local codec library unavailable: %s" % e)
     from bench.cache_replay import run
     out = tmp_path / "out"
-    rc = run.main(["--workloads", "chat", "--scale", "0.04", "--capacities", "10,50",
+    rc = run.main(["--workloads", "chat", "--scale", "0.04", "--capacities", "25,50",
                    "--nodes", "1,2", "--out-dir", str(out), "--server-bin", binary,
                    "--work-dir", str(tmp_path), "--sample-every", "5", "--progress", "0"])
     assert rc == 0
@@ -151,7 +151,7 @@ def test_replay_smoke_against_the_real_server(tmp_path):
     assert wl["summary"]["requests"] == 160
     runs = wl["runs"]
     assert [(r["capacity_fraction"], r["nodes"]) for r in runs] == [
-        (0.1, 1), (0.1, 2), (0.5, 1), (0.5, 2)]
+        (0.25, 1), (0.25, 2), (0.5, 1), (0.5, 2)]
     for r in runs:
         srv, sim = r["server"], r["sim"]
         assert srv["wrong_blocks"] == 0 and srv["errors"] == 0, srv
@@ -171,5 +171,7 @@ def test_replay_smoke_against_the_real_server(tmp_path):
         assert 0 < srv["live_over_capacity_mean"] <= srv["live_over_capacity_max"]
         assert srv["blocks_held_max"] <= r["capacity_blocks"]
         assert srv["write_amplification"] > 0
-    # At 10% the store must have evicted; all requests hit something at 50%.
+    # At 25% the store must have evicted (at 10% a 2-node server of this tiny workload holds
+    # 78 blocks, less than some chats' whole chain with RocksDB's WAL beside it); all
+    # requests hit something at 50%.
     assert runs[0]["server"]["evicted_blocks"] > 0
