@@ -87,7 +87,7 @@ class TurboKVConnectorStats(KVConnectorStats):
     save (ok/error/dropped; ``save.stored_bytes`` = bytes the server stored after its codec)."""
 
     def reset(self) -> None:
-        self.data = {}
+        self.data: Dict[str, Any] = {}
 
     def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
         for k, v in (other.data or {}).items():
