@@ -119,34 +119,15 @@ void LrfuPolicy::Unlink(uint32_t slot) {
 }
 
 void LrfuPolicy::SiftUp(size_t pos) {
-  const uint32_t s = heap_[pos];
-  const float key = nodes_[s].key;
-  while (pos > 0) {
-    const size_t up = (pos - 1) / 2;
-    if (!(key < nodes_[heap_[up]].key)) break;
-    heap_[pos] = heap_[up];
-    nodes_[heap_[pos]].pos_or_children = static_cast<uint32_t>(pos);
-    pos = up;
-  }
-  heap_[pos] = s;
-  nodes_[s].pos_or_children = static_cast<uint32_t>(pos);
+  lrfu::HeapSiftUp(
+      heap_, pos, [this](uint32_t s) { return nodes_[s].key; },
+      [this](uint32_t s, uint32_t p) { nodes_[s].pos_or_children = p; });
 }
 
 void LrfuPolicy::SiftDown(size_t pos) {
-  const uint32_t s = heap_[pos];
-  const float key = nodes_[s].key;
-  const size_t n = heap_.size();
-  while (true) {
-    size_t child = 2 * pos + 1;
-    if (child >= n) break;
-    if (child + 1 < n && nodes_[heap_[child + 1]].key < nodes_[heap_[child]].key) ++child;
-    if (!(nodes_[heap_[child]].key < key)) break;
-    heap_[pos] = heap_[child];
-    nodes_[heap_[pos]].pos_or_children = static_cast<uint32_t>(pos);
-    pos = child;
-  }
-  heap_[pos] = s;
-  nodes_[s].pos_or_children = static_cast<uint32_t>(pos);
+  lrfu::HeapSiftDown(
+      heap_, pos, [this](uint32_t s) { return nodes_[s].key; },
+      [this](uint32_t s, uint32_t p) { nodes_[s].pos_or_children = p; });
 }
 
 void LrfuPolicy::HeapPush(uint32_t slot) {

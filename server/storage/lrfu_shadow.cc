@@ -57,32 +57,15 @@ void GhostTable::DropAtOrAbove(uint32_t threshold) {
 }
 
 void ShadowCache::SiftUp(size_t pos) {
-  const uint32_t e = heap_[pos];
-  while (pos > 0) {
-    const size_t up = (pos - 1) / 2;
-    if (!Less(e, heap_[up])) break;
-    heap_[pos] = heap_[up];
-    entries_[heap_[pos]].heap_pos = static_cast<uint32_t>(pos);
-    pos = up;
-  }
-  heap_[pos] = e;
-  entries_[e].heap_pos = static_cast<uint32_t>(pos);
+  HeapSiftUp(
+      heap_, pos, [this](uint32_t e) { return entries_[e].key; },
+      [this](uint32_t e, uint32_t p) { entries_[e].heap_pos = p; });
 }
 
 void ShadowCache::SiftDown(size_t pos) {
-  const uint32_t e = heap_[pos];
-  const size_t n = heap_.size();
-  while (true) {
-    size_t child = 2 * pos + 1;
-    if (child >= n) break;
-    if (child + 1 < n && Less(heap_[child + 1], heap_[child])) ++child;
-    if (!Less(heap_[child], e)) break;
-    heap_[pos] = heap_[child];
-    entries_[heap_[pos]].heap_pos = static_cast<uint32_t>(pos);
-    pos = child;
-  }
-  heap_[pos] = e;
-  entries_[e].heap_pos = static_cast<uint32_t>(pos);
+  HeapSiftDown(
+      heap_, pos, [this](uint32_t e) { return entries_[e].key; },
+      [this](uint32_t e, uint32_t p) { entries_[e].heap_pos = p; });
 }
 
 void ShadowCache::HeapFix(size_t pos) {

@@ -47,6 +47,41 @@ inline double RescaleKey(double key, double now, double from_half_life, double t
   return now + (to_half_life / from_half_life) * (key - now);
 }
 
+// A binary min-heap of slot numbers that tells each slot its position (so that a slot can be
+// removed or re-keyed in O(log n)): `key_of(slot)` orders it, `set_pos(slot, pos)` records
+// where a slot now is. Used by LrfuPolicy's heap of leaves and by ShadowCache.
+template <typename KeyOf, typename SetPos>
+void HeapSiftUp(std::vector<uint32_t>& heap, size_t pos, KeyOf key_of, SetPos set_pos) {
+  const uint32_t s = heap[pos];
+  const auto key = key_of(s);
+  while (pos > 0) {
+    const size_t up = (pos - 1) / 2;
+    if (!(key < key_of(heap[up]))) break;
+    heap[pos] = heap[up];
+    set_pos(heap[pos], static_cast<uint32_t>(pos));
+    pos = up;
+  }
+  heap[pos] = s;
+  set_pos(s, static_cast<uint32_t>(pos));
+}
+template <typename KeyOf, typename SetPos>
+void HeapSiftDown(std::vector<uint32_t>& heap, size_t pos, KeyOf key_of, SetPos set_pos) {
+  const uint32_t s = heap[pos];
+  const auto key = key_of(s);
+  const size_t n = heap.size();
+  while (true) {
+    size_t child = 2 * pos + 1;
+    if (child >= n) break;
+    if (child + 1 < n && key_of(heap[child + 1]) < key_of(heap[child])) ++child;
+    if (!(key_of(heap[child]) < key)) break;
+    heap[pos] = heap[child];
+    set_pos(heap[pos], static_cast<uint32_t>(pos));
+    pos = child;
+  }
+  heap[pos] = s;
+  set_pos(s, static_cast<uint32_t>(pos));
+}
+
 // Keys of recently evicted blocks, by fingerprint: a block stored again resumes the value it
 // had (decayed since) instead of starting from nothing. Set-associative, 8 entries of 8 bytes
 // per bucket (a 32-bit tag and the key relative to the owner's base); a full bucket drops its
@@ -127,7 +162,6 @@ class ShadowCache {
     uint64_t request = 0;
     bool broken = false;  // a sampled block of it missed
   };
-  bool Less(uint32_t a, uint32_t b) const { return entries_[a].key < entries_[b].key; }
   void SiftUp(size_t pos);
   void SiftDown(size_t pos);
   void HeapFix(size_t pos);
