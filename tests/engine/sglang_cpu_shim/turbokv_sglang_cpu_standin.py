@@ -19,25 +19,22 @@ own code. turbokv's backend (``turbokv.integrations.sglang``) never imports this
    ``pin_memory=False``. SGLang's MHA host pool passes ``pin_memory=True``, which makes
    ``alloc_with_host_register`` call ``cudaHostRegister`` (through ``torch.cuda.cudart()``:
    "Found no NVIDIA driver") and ``get_dummy_flat_data_page`` allocate pinned memory.
-3. The host<->device copies of ``sglang/srt/mem_cache/pool_host/mha.py``, which that module
-   imports from ``sgl_kernel.kvcacheio`` only on CUDA/ROCm/XPU (on CPU the names are undefined:
-   ``NameError: transfer_kv_all_layer_direct_lf_pf``). Pure-torch versions, with the argument
-   lists of ``sgl_kernel/kvcacheio.py``, are put into that module's namespace:
-
-   ``--hicache-io-backend direct``: ``transfer_kv_direct`` (layer_first),
-   ``transfer_kv_per_layer_direct_pf_lf`` and ``transfer_kv_all_layer_direct_lf_pf``
-   (page_first_direct). ``--hicache-io-backend kernel``: ``transfer_kv_per_layer`` and
-   ``transfer_kv_all_layer`` (layer_first), ``transfer_kv_per_layer_pf_lf`` and
-   ``transfer_kv_all_layer_lf_pf`` (page_first), ``transfer_kv_per_layer_ph_lf`` and
-   ``transfer_kv_all_layer_lf_ph`` (page_head). The ``*_all_layer`` kernels take tables of
-   ``data_ptr()`` values (``make_kernel_ptr_table``); the stand-in maps them back to the
-   tensors the host pool registered them from (recorded after
-   ``MHATokenToKVPoolHost._initialize_transfer_views``).
+   In the same module, ``HICACHE_HOST_MEMORY_RESERVE_BYTES`` (host memory SGLang keeps free
+   besides the HiCache pool: 10 GiB, sized for a GPU host) is set to 1 GiB, so that a 1 GB
+   pool fits on a small CI machine (else: "Not enough host memory available").
+3. The host<->device copies of ``sglang/srt/mem_cache/pool_host/mha.py`` for
+   ``--hicache-io-backend direct``, which that module imports from ``sgl_kernel.kvcacheio`` only
+   on CUDA/ROCm/XPU (on CPU the names are undefined: ``NameError:
+   transfer_kv_all_layer_direct_lf_pf``). Pure-torch versions, with the argument lists of
+   ``sgl_kernel/kvcacheio.py``, are put into that module's namespace: ``transfer_kv_direct``
+   (host layout ``layer_first``), ``transfer_kv_per_layer_direct_pf_lf`` and
+   ``transfer_kv_all_layer_direct_lf_pf`` (``page_first_direct``). The ``kernel`` I/O backend
+   (and with it the ``page_first`` and ``page_head`` layouts) is not stood in for.
 
 Shapes (SGLang's, ``MHATokenToKVPoolHost.init_kv_buffer``; device rows are token indices of
-``[tokens][H][D]`` per-layer tensors): host ``k_buffer`` is ``[L][S][H][D]`` (layer_first),
-``[S][L][H][D]`` (page_first), ``[P][L][T][H][D]`` (page_first_direct) or ``[P][H][T][L][D]``
-(page_head); a host token index ``i`` is page ``i // T``, offset ``i % T``.
+``[tokens][H][D]`` per-layer tensors): host ``k_buffer`` is ``[L][S][H][D]`` (layer_first) or
+``[P][L][T][H][D]`` (page_first_direct); a host token index ``i`` is page ``i // T``, offset
+``i % T``.
 """
 from __future__ import annotations
 
@@ -46,7 +43,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
 _LOG = os.environ.get("TURBOKV_SGLANG_STANDIN_LOG", "")
 
@@ -136,70 +133,13 @@ def _patch_pool_host_base(mod: types.ModuleType) -> None:
         init(self, *args, **kwargs)
 
     mod.HostKVCache.__init__ = __init__
-    _note("patched HostKVCache.__init__ pin_memory=False")
+    mod.HICACHE_HOST_MEMORY_RESERVE_BYTES = 1 << 30
+    _note("patched HostKVCache.__init__ pin_memory=False, host memory reserve 1 GiB")
 
 
-# -- 3. host<->device copies in torch ---------------------------------------------------------
-_BY_PTR: Dict[int, Any] = {}
-
-
-def _tensors(table: Any, n: int) -> List[Any]:
-    """The tensors behind a ``make_kernel_ptr_table`` table of n data pointers."""
-    return [_BY_PTR[int(p)] for p in table.tolist()[:n]]
-
-
+# -- 3. host<->device copies in torch (direct I/O backend) -----------------------------------
 def _split(indices: Any, page_size: int) -> Any:
     return indices // page_size, indices % page_size
-
-
-def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, item_size,
-                          **_: Any) -> None:
-    """layer_first, host -> device, one layer: ``dst[dst_i] = src[src_i]`` (rows of [H][D])."""
-    dst_k[dst_indices] = src_k[src_indices]
-    dst_v[dst_indices] = src_v[src_indices]
-
-
-def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers, src_indices,
-                          dst_indices, item_size, num_layers, **_: Any) -> None:
-    """layer_first, device -> host, every layer (pointer tables of per-layer tensors)."""
-    for tables in ((src_k_layers, dst_k_layers), (src_v_layers, dst_v_layers)):
-        for s, d in zip(_tensors(tables[0], num_layers), _tensors(tables[1], num_layers)):
-            d[dst_indices] = s[src_indices]
-
-
-def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id,
-                                item_size, src_layout_dim, **_: Any) -> None:
-    """page_first host ``[S][L][H][D]`` -> device layer ``[N][H][D]``."""
-    dst_k[dst_indices] = src_k[src_indices, layer_id]
-    dst_v[dst_indices] = src_v[src_indices, layer_id]
-
-
-def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_indices,
-                                dst_indices, item_size, dst_layout_dim, num_layers,
-                                **_: Any) -> None:
-    """device layers -> page_first host ``[S][L][H][D]``."""
-    for table, dst in ((src_k_layers, dst_k), (src_v_layers, dst_v)):
-        for layer, s in enumerate(_tensors(table, num_layers)):
-            dst[dst_indices, layer] = s[src_indices]
-
-
-def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id,
-                                item_size, src_layout_dim, page_size, head_num,
-                                **_: Any) -> None:
-    """page_head host ``[P][H][T][L][D]`` -> device layer ``[N][H][D]``."""
-    p, o = _split(src_indices, page_size)
-    dst_k[dst_indices] = src_k[p, :, o, layer_id]
-    dst_v[dst_indices] = src_v[p, :, o, layer_id]
-
-
-def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_indices,
-                                dst_indices, item_size, dst_layout_dim, num_layers, page_size,
-                                head_num, **_: Any) -> None:
-    """device layers -> page_head host ``[P][H][T][L][D]``."""
-    p, o = _split(dst_indices, page_size)
-    for table, dst in ((src_k_layers, dst_k), (src_v_layers, dst_v)):
-        for layer, s in enumerate(_tensors(table, num_layers)):
-            dst[p, :, o, layer] = s[src_indices]
 
 
 def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size,
@@ -227,10 +167,8 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
             dst[p, layer, o] = src_ptrs[kv * num_layers + layer][src_indices]
 
 
-_TRANSFER_OPS = (transfer_kv_per_layer, transfer_kv_all_layer, transfer_kv_per_layer_pf_lf,
-                 transfer_kv_all_layer_lf_pf, transfer_kv_per_layer_ph_lf,
-                 transfer_kv_all_layer_lf_ph, transfer_kv_direct,
-                 transfer_kv_per_layer_direct_pf_lf, transfer_kv_all_layer_direct_lf_pf)
+_TRANSFER_OPS = (transfer_kv_direct, transfer_kv_per_layer_direct_pf_lf,
+                 transfer_kv_all_layer_direct_lf_pf)
 
 
 def _patch_pool_host_mha(mod: types.ModuleType) -> None:
@@ -238,16 +176,6 @@ def _patch_pool_host_mha(mod: types.ModuleType) -> None:
         if hasattr(mod, op.__name__):   # a real build provides it: leave SGLang's alone
             continue
         setattr(mod, op.__name__, op)
-    cls = mod.MHATokenToKVPoolHost
-    init_views = cls._initialize_transfer_views
-
-    def _initialize_transfer_views(self: Any, *args: Any, **kwargs: Any) -> None:
-        init_views(self, *args, **kwargs)
-        for t in (list(self.device_k_buffers) + list(self.device_v_buffers)
-                  + list(self.k_data_refs) + list(self.v_data_refs)):
-            _BY_PTR[t.data_ptr()] = t
-
-    cls._initialize_transfer_views = _initialize_transfer_views
     _note("patched pool_host.mha transfer ops")
 
 
