@@ -1,15 +1,16 @@
 """``TurboKVStorage`` (turbokv.integrations.sglang) against SGLang's own host pool code and a
-real ``turbokv-server``, without an SGLang server (run with the SGLang venv's python).
+real ``turbokv-server``, without an SGLang server.
 
-The host pools here are ``MHATokenToKVPoolHost`` objects of sglang 0.5.23 with a CPU
-``kv_buffer`` allocated in the shape ``init_kv_buffer`` gives each layout (the class's
-``__init__`` needs a device pool, so the few attributes it would set are set here); the page
-accessors called (``get_data_page``, ``get_dummy_flat_data_page``,
-``set_from_flat_data_page``) are SGLang's. Covered: every MHA layout turbokv maps, both of
-SGLang's interfaces (zero-copy ``batch_*_v1`` with host indices, page-copy ``batch_get`` /
-``batch_set`` with flat pages) between every pair of layouts, ``batch_exists`` as a leading
-run, namespace identity (TP rank, page size, cache salt, dtype), refusals, and a dead server
-(misses, the pool untouched, no exception).
+The host pools here are sglang 0.5.23's ``MHATokenToKVPoolHost``, built on CPU by SGLang's own
+constructors over a CPU ``MHATokenToKVPool`` (tests/engine/sglang_pools.py; not pinned); the
+page accessors called (``get_data_page``, ``get_dummy_flat_data_page``,
+``set_from_flat_data_page``) are SGLang's. Runs on the engine venv's torch with SGLang's wheel
+on the path (``$BUILD/sglang-api/0.5.23``, tools/setup_engines.sh) or in the full SGLang venv.
+
+Covered: every MHA layout turbokv maps, both of SGLang's interfaces (zero-copy ``batch_*_v1``
+with host indices, page-copy ``batch_get`` / ``batch_set`` with flat pages) between every pair
+of layouts, ``batch_exists`` as a leading run, namespace identity (TP rank, page size, cache
+salt, dtype), refusals, and a dead server (misses, the pool untouched, no exception).
 """
 from __future__ import annotations
 
@@ -24,42 +25,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sglang")
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, PoolName  # noqa: E402
-from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
 
 from turbokv.integrations.sglang import TurboKVStorage, block_hash  # noqa: E402
 from turbokv.integrations.sglang_layout import LAYOUTS  # noqa: E402
 
-L, T, H, D = 3, 4, 2, 8          # layers, page_size, KV heads, head_dim
-PAGES = 8                        # host pool pages
+from sglang_pools import T, host_pool, indices, page_tensor  # noqa: E402
+
 KEYS = ["%064x" % (0x5A17 + i) for i in range(5)]
-
-
-def host_pool(layout: str, seed: int = 0, dtype=torch.float32, page_size: int = T):
-    """An SGLang MHA host pool of ``PAGES`` pages with random K/V in the given layout."""
-    pool = MHATokenToKVPoolHost.__new__(MHATokenToKVPoolHost)
-    size = PAGES * page_size
-    pool.layout, pool.page_size, pool.size, pool.page_num = layout, page_size, size, PAGES
-    pool.layer_num, pool.head_num, pool.head_dim = L, H, D
-    pool.dtype, pool.device, pool.pin_memory = dtype, "cpu", False
-    dims = {"layer_first": (2, L, size, H, D), "page_first": (2, size, L, H, D),
-            "page_first_direct": (2, PAGES, L, page_size, H, D),
-            "page_head": (2, PAGES, H, page_size, L, D)}[layout]
-    g = torch.Generator().manual_seed(seed)
-    pool.kv_buffer = torch.randn(dims, generator=g).to(dtype)
-    return pool
-
-
-def page_tensor(pool, first_index: int) -> torch.Tensor:
-    """Page ``first_index // page_size`` as ``[L][2][T][H][D]``, read through SGLang's
-    ``get_data_page(flat=False)`` (an independent path from turbokv's views)."""
-    p = pool.get_data_page(first_index, flat=False)
-    if pool.layout == "layer_first":          # [2][L][T][H][D]
-        return p.permute(1, 0, 2, 3, 4)
-    if pool.layout == "page_first":           # [2][T][L][H][D]
-        return p.permute(2, 0, 1, 3, 4)
-    if pool.layout == "page_first_direct":    # [2][1][L][T][H][D]
-        return p[:, 0].permute(1, 0, 2, 3, 4)
-    return p[:, 0].permute(3, 0, 2, 1, 4)     # page_head [2][1][H][T][L][D]
 
 
 def config(server: str, tp_rank: int = 0, tp_size: int = 1, mla: bool = False, **extra):
@@ -76,11 +48,6 @@ def storage(server: str, pool, **kw) -> TurboKVStorage:
     s = TurboKVStorage(config(server, **kw), {})
     s.register_mem_pool_host(pool)
     return s
-
-
-def indices(pages) -> torch.Tensor:
-    """Host token indices of whole pages, page by page (as SGLang's controller passes)."""
-    return torch.cat([torch.arange(p * T, (p + 1) * T) for p in pages]).to(torch.int64)
 
 
 @pytest.fixture(scope="module")
