@@ -1,5 +1,5 @@
 """Runs one vLLM engine in this process and writes what it did as JSON (used by the engine tests
-and by the README figures; run it with the engine venv's python).
+and by the figures in docs/vllm.md; run it with the engine venv's python).
 
     python tests/engine/vllm_run.py SPEC.json OUT.json
 
