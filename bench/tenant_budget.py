@@ -26,7 +26,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from typing import Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +42,7 @@ def _digest(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
-def start_server(binary: str, work: str, extra_args: List[str] = ()) -> "tuple":
+def start_server(binary: str, work: str, extra_args: list[str] = ()) -> tuple:
     """(process, grpc port, metrics port) of a turbokv-server with tenants a and b."""
     tokens = os.path.join(work, "tokens")
     with open(tokens, "w") as f:
@@ -69,7 +68,7 @@ def start_server(binary: str, work: str, extra_args: List[str] = ()) -> "tuple":
     raise RuntimeError("turbokv-server did not start")
 
 
-def scrape(metrics_port: int) -> Dict[str, float]:
+def scrape(metrics_port: int) -> dict[str, float]:
     """Unlabelled samples of /metrics: {name: value}."""
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port,
                                   timeout=10).read().decode()
@@ -102,11 +101,12 @@ class TenantAStreams:
     stream's gRPC status code name."""
 
     def __init__(self, address: str, ns_id: int, raw_bytes: int, idle: int, slow: int,
-                 interval: float = 1.0, timeout: Optional[float] = None):
+                 interval: float = 1.0, timeout: float | None = None):
         import grpc
-        from turbokv import Security
         from turbokv.v1 import turbokv_pb2 as pb
         from turbokv.v1 import turbokv_pb2_grpc as pb_grpc
+
+        from turbokv import Security
         self._stop = threading.Event()
         self._channel = Security(token=TOKEN_A).channel(address, [])
         stub = pb_grpc.TurboKVStub(self._channel)
@@ -136,7 +136,7 @@ class TenantAStreams:
                                                       timeout=timeout))
         self._grpc = grpc
 
-    def outcomes(self, timeout: float = 60.0) -> List[str]:
+    def outcomes(self, timeout: float = 60.0) -> list[str]:
         out = []
         for f in self.futures:
             try:
@@ -159,15 +159,16 @@ def register(address: str, token: str, name: str, shape: dict, preset: str):
         return c.register_namespace(name, preset=preset, **shape)
 
 
-def put_b(address: str, ns_id: int, n: int, timeout: float = 60.0) -> List[tuple]:
+def put_b(address: str, ns_id: int, n: int, timeout: float = 60.0) -> list[tuple]:
     """n puts of one 16 KiB block by tenant B: [(seconds, code name or "OK"), ...]."""
     import numpy as np
+
     from turbokv import Client, Security
     rng = np.random.default_rng(0)
     out = []
     with Client(address, timeout=timeout, max_attempts=1,
                 security=Security(token=TOKEN_B)) as c:
-        for i in range(n):
+        for _ in range(n):
             block = rng.standard_normal(
                 (SHAPE_B["num_layers"], 2, SHAPE_B["block_tokens"], SHAPE_B["num_kv_heads"],
                  SHAPE_B["head_dim"])).astype(np.float16)

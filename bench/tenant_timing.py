@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List
+from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,12 +45,12 @@ def _digest(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
-def _percentile(xs: List[float], q: float) -> float:
+def _percentile(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def start_server(binary: str, work: str) -> "tuple[subprocess.Popen, int]":
+def start_server(binary: str, work: str) -> tuple[subprocess.Popen, int]:
     tokens = os.path.join(work, "tokens")
     with open(tokens, "w") as f:
         f.write("token %s tenant-a\ntoken %s tenant-b\n" % (_digest(TOKEN_A), _digest(TOKEN_B)))
@@ -74,13 +74,14 @@ def start_server(binary: str, work: str) -> "tuple[subprocess.Popen, int]":
     raise RuntimeError("turbokv-server did not start")
 
 
-def measure(address: str, iterations: int, blocks: int, seed: int = 0) -> Dict[str, Dict[str, List[float]]]:
+def measure(address: str, iterations: int, blocks: int, seed: int = 0) -> dict[str, dict[str, list[float]]]:
     """{rpc: {case: [seconds, ...]}} for rpc in Lookup, GetBlocks."""
     import grpc
     import numpy as np
-    from turbokv import Client, Security
     from turbokv.v1 import turbokv_pb2 as pb
     from turbokv.v1 import turbokv_pb2_grpc as pb_grpc
+
+    from turbokv import Client, Security
 
     a = Client(address, security=Security(token=TOKEN_A))
     b = Client(address, security=Security(token=TOKEN_B))
@@ -125,7 +126,7 @@ def measure(address: str, iterations: int, blocks: int, seed: int = 0) -> Dict[s
         return run
 
     nf = "NOT_FOUND"
-    plans: Dict[str, Dict[str, Callable[[], None]]] = {
+    plans: dict[str, dict[str, Callable[[], None]]] = {
         "Lookup": {"hit": lookup(stub_a, ns_a, prefix, blocks),
                    "probe-own-ns": lookup(stub_b, ns_b, prefix, 0),
                    "probe-foreign": lookup(stub_b, ns_a, prefix, nf),
@@ -137,7 +138,7 @@ def measure(address: str, iterations: int, blocks: int, seed: int = 0) -> Dict[s
                       "miss": get(stub_a, ns_a, other[:1], "missing"),
                       "miss-unknown": get(stub_b, unknown, prefix[:1], nf)},
     }
-    out: Dict[str, Dict[str, List[float]]] = {rpc: {c: [] for c in CASES} for rpc in plans}
+    out: dict[str, dict[str, list[float]]] = {rpc: {c: [] for c in CASES} for rpc in plans}
     order = [(rpc, case) for rpc in plans for case in CASES]
     shuffle = random.Random(seed)
     for rpc, case in order:  # warm-up: connections, first-call paths
@@ -156,7 +157,7 @@ def measure(address: str, iterations: int, blocks: int, seed: int = 0) -> Dict[s
     return out
 
 
-def report(results: Dict[str, Dict[str, List[float]]]) -> str:
+def report(results: dict[str, dict[str, list[float]]]) -> str:
     lines = ["| RPC | case | p50 µs | p99 µs | mean µs | p50 / miss p50 |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     for rpc, cases in results.items():

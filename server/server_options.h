@@ -36,7 +36,7 @@ struct CodecOptions {
   int io_threads = 0;
   // Preset of namespaces registered with an empty codec. Must be a codec preset name
   // (turbokv::codec::PresetNames()). Default: "k5v4" — the lowest-bpv preset whose perplexity
-  // change in the README's prefix-reuse evaluation is at most 0.5% (issue 12).
+  // change in docs/quality.md's prefix-reuse evaluation is at most 0.5% (issue 12).
   std::string default_preset = "k5v4";
 
   [[nodiscard]] absl::Status Validate() const;

@@ -1,4 +1,5 @@
-from .run import main
 import sys
+
+from .run import main
 
 sys.exit(main())

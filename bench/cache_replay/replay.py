@@ -25,14 +25,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .server import Server
 
 SHAPE = (1, 2, 512, 1, 64)  # [num_layers][2][block_tokens][num_kv_heads][head_dim]
-NAMESPACE: Dict[str, Any] = dict(model="cache-replay", num_layers=1, num_kv_heads=1, head_dim=64,
+NAMESPACE: dict[str, Any] = dict(model="cache-replay", num_layers=1, num_kv_heads=1, head_dim=64,
                  block_tokens=512, dtype="fp16")
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -60,7 +61,7 @@ class BlockContent:
             np.float16)
         self.rows = int(np.prod(SHAPE[:-1]))
         self._row_ids = np.arange(self.rows, dtype=np.uint64)
-        self._hashes: Dict[int, bytes] = {}
+        self._hashes: dict[int, bytes] = {}
 
     def raw(self, block_id: int) -> np.ndarray:
         keys = _splitmix64((np.uint64(block_id) << np.uint64(11)) | self._row_ids)
@@ -75,7 +76,7 @@ class BlockContent:
         return h
 
 
-def codec_params_from_descriptor(desc: Dict[str, Any]):
+def codec_params_from_descriptor(desc: dict[str, Any]):
     """The explicit ``turbokv.codec.CodecParams`` of a registered namespace's canonical
     descriptor (``NamespaceInfo.descriptor``). Raises ValueError when the descriptor has no
     explicit key/value sections."""
@@ -104,10 +105,10 @@ class _Expected:
     digest (a local encode costs ~0.5 ms, a digest ~0.05 ms)."""
 
     def __init__(self, codec: Any, content: BlockContent,
-                 digests: Optional[Dict[int, bytes]] = None):
+                 digests: dict[int, bytes] | None = None):
         self._codec = codec
         self._content = content
-        self._digests: Dict[int, bytes] = {} if digests is None else digests
+        self._digests: dict[int, bytes] = {} if digests is None else digests
 
     def matches(self, block_id: int, data: bytes) -> bool:
         d = self._digests.get(block_id)
@@ -122,7 +123,7 @@ PRESETS = ("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32
            "k3v2-g32-qjl", "k3v2", "raw")
 
 
-def preset_name(desc: Dict[str, Any]) -> str:
+def preset_name(desc: dict[str, Any]) -> str:
     """The preset whose parameters a canonical descriptor's codec has ("custom" for none):
     the server resolves the default preset to explicit sections and leaves the name empty."""
     from turbokv import codec as tc
@@ -152,7 +153,7 @@ class ReplayOptions:
     progress_every_s: float = 0.0  # > 0: print a progress line this often
 
 
-def _pct(values: Sequence[float], q: float) -> Optional[float]:
+def _pct(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
@@ -160,7 +161,7 @@ def _pct(values: Sequence[float], q: float) -> Optional[float]:
 
 def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockContent,
            opts: ReplayOptions, label: str = "",
-           digests: Optional[Dict[int, bytes]] = None) -> Dict[str, Any]:
+           digests: dict[int, bytes] | None = None) -> dict[str, Any]:
     """Replays ``requests`` (trace.Request) against started ``servers`` (one: a Client; more:
     a ShardedClient over all of them). Returns the server-side figures (docs/cache.md).
     ``digests``: block id -> digest of its expected packed bytes, shared by the runs of one
@@ -189,12 +190,12 @@ def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockCon
         io0 = [s.io() for s in servers]
         hit_blocks = ref_blocks = lookup_blocks = 0
         wrong = missing = errors = 0
-        error_messages: List[str] = []
+        error_messages: list[str] = []
         put_ok = put_failed = put_stored_bytes = 0
-        lat_lookup_get: List[float] = []
-        lat_put: List[float] = []
-        samples: List[Dict[str, float]] = []
-        first_eviction_sample: Optional[int] = None
+        lat_lookup_get: list[float] = []
+        lat_put: list[float] = []
+        samples: list[dict[str, float]] = []
+        first_eviction_sample: int | None = None
 
         def error(msg: str) -> None:
             nonlocal errors
@@ -287,7 +288,7 @@ def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockCon
     finally:
         client.close()
 
-    def mean_max(key: str, rows: List[Dict[str, float]]):
+    def mean_max(key: str, rows: list[dict[str, float]]):
         vals = [r[key] for r in rows]
         return (float(np.mean(vals)) if vals else None, float(max(vals)) if vals else None)
 
@@ -301,7 +302,7 @@ def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockCon
     cancelled = sum(b["cancelled_write_bytes"] - a["cancelled_write_bytes"]
                     for a, b in zip(io0, io1))
 
-    def ratio(x: Optional[float]) -> Optional[float]:
+    def ratio(x: float | None) -> float | None:
         return None if x is None else x / capacity
 
     return dict(
@@ -331,5 +332,5 @@ def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockCon
     )
 
 
-def _ms(x: Optional[float]) -> Optional[float]:
+def _ms(x: float | None) -> float | None:
     return None if x is None else round(x * 1000.0, 3)

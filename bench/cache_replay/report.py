@@ -3,7 +3,7 @@ by run.py; field definitions in docs/cache.md)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 COLUMNS = [
     # (heading, width, formatter of one run row)
@@ -32,23 +32,23 @@ COLUMNS = [
 ]
 
 
-def _s(run: Dict[str, Any], key: str) -> Any:
+def _s(run: dict[str, Any], key: str) -> Any:
     return (run.get("server") or {}).get(key)
 
 
-def _f(x: Optional[float], nd: int = 3) -> str:
+def _f(x: float | None, nd: int = 3) -> str:
     return "-" if x is None else "%.*f" % (nd, x)
 
 
-def _p(x: Optional[float]) -> str:
+def _p(x: float | None) -> str:
     return "-" if x is None else "%.0f%%" % (100 * x)
 
 
-def _i(x: Optional[float]) -> str:
+def _i(x: float | None) -> str:
     return "-" if x is None else "%d" % round(x)
 
 
-def _x(a: Optional[float], b: Optional[float]) -> str:
+def _x(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else "%.2fx" % (a / b)
 
 
@@ -56,12 +56,12 @@ def header() -> str:
     return "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w, _) in enumerate(COLUMNS))
 
 
-def row(workload: str, run: Dict[str, Any]) -> str:
+def row(workload: str, run: dict[str, Any]) -> str:
     return "  ".join(f(workload, run).rjust(w) if i else f(workload, run).ljust(w)
                      for i, (_, w, f) in enumerate(COLUMNS))
 
 
-def table(results: Dict[str, Any]) -> str:
+def table(results: dict[str, Any]) -> str:
     lines = [header()]
     for name, wl in results["workloads"].items():
         for run in wl["runs"]:
@@ -69,7 +69,7 @@ def table(results: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def markdown(results: Dict[str, Any]) -> str:
+def markdown(results: dict[str, Any]) -> str:
     """A Markdown table of every run (the same columns as the console table)."""
     heads = [h for h, _, _ in COLUMNS]
     out = ["| " + " | ".join(heads) + " |", "|" + " --- |" * len(heads)]
@@ -79,7 +79,7 @@ def markdown(results: Dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def plot(results: Dict[str, Any], path: str) -> None:
+def plot(results: dict[str, Any], path: str) -> None:
     """Hit ratio vs capacity, one panel per workload: turbokv (one line per node count), LRU,
     Belady, uncompressed LRU, the infinite bound; then one panel of turbokv's mean live bytes /
     capacity per workload (hidden without server runs). Writes a PNG."""
@@ -98,10 +98,10 @@ def plot(results: Dict[str, Any], path: str) -> None:
         ax.set_visible(False)
     colors = ["tab:red", "tab:orange", "tab:purple", "tab:brown"]
     live_panel = axes.flat[len(names)]
-    legend: Dict[str, Any] = {}  # label -> handle, one legend for every hit-ratio panel
+    legend: dict[str, Any] = {}  # label -> handle, one legend for every hit-ratio panel
     for ax, name in zip(axes.flat, names):
-        runs: List[Dict[str, Any]] = results["workloads"][name]["runs"]
-        sims: Dict[float, Dict[str, Any]] = {}
+        runs: list[dict[str, Any]] = results["workloads"][name]["runs"]
+        sims: dict[float, dict[str, Any]] = {}
         for r in runs:
             sims.setdefault(r["capacity_fraction"], r)
         xs = sorted(sims)
@@ -113,7 +113,7 @@ def plot(results: Dict[str, Any], path: str) -> None:
                 label="LRU, fp16 blocks, same bytes")
         inf = results["workloads"][name]["infinite_hit_ratio"]
         ax.axhline(inf, color="black", lw=0.8, ls="--", label="infinite cache")
-        node_counts: List[int] = sorted({int(r["nodes"]) for r in runs if r.get("server")
+        node_counts: list[int] = sorted({int(r["nodes"]) for r in runs if r.get("server")
                                          and r["server"].get("hit_ratio") is not None})
         for k, n in enumerate(node_counts):
             pts = sorted((r["capacity_fraction"], r["server"]) for r in runs

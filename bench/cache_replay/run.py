@@ -18,7 +18,8 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from . import report, simulators, trace, workloads
 from .server import REPO, Server, ServerError, find_server_binary
@@ -50,7 +51,7 @@ def _server_source_commit() -> str:
         return "unknown"
 
 
-def _cpu() -> Tuple[str, bool]:
+def _cpu() -> tuple[str, bool]:
     model, avx512 = platform.processor() or "?", False
     try:
         with open("/proc/cpuinfo") as f:
@@ -65,11 +66,11 @@ def _cpu() -> Tuple[str, bool]:
     return model, avx512
 
 
-def _floats(text: str) -> List[float]:
+def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
 
-def load_workloads(a: argparse.Namespace) -> List[Tuple[str, List[trace.Request], Dict]]:
+def load_workloads(a: argparse.Namespace) -> list[tuple[str, list[trace.Request], dict]]:
     """(name, requests, source description) of every workload asked for."""
     names = [w.strip() for w in a.workloads.split(",") if w.strip()]
     out = []
@@ -95,9 +96,10 @@ def load_workloads(a: argparse.Namespace) -> List[Tuple[str, List[trace.Request]
     return out
 
 
-def probe(binary: str, server_args: Sequence[str], work_dir: Optional[str]) -> Dict[str, Any]:
+def probe(binary: str, server_args: Sequence[str], work_dir: str | None) -> dict[str, Any]:
     """Starts one server to learn the namespace's packed/raw block bytes, preset, version."""
     from turbokv import Client
+
     from .replay import NAMESPACE, preset_name
     with Server(binary, 256 << 20, server_args, work_dir) as s:
         with Client(s.address) as c:
@@ -108,14 +110,14 @@ def probe(binary: str, server_args: Sequence[str], work_dir: Optional[str]) -> D
                 codec_backend=st.codec_backend, durability=st.durability)
 
 
-def simulate(chains: List[List[int]], cap_blocks: int, raw_blocks: int) -> Dict[str, Any]:
+def simulate(chains: list[list[int]], cap_blocks: int, raw_blocks: int) -> dict[str, Any]:
     return dict(lru=simulators.lru(chains, cap_blocks).hit_ratio,
                 belady=simulators.belady(chains, cap_blocks).hit_ratio,
                 lru_uncompressed=simulators.lru(chains, raw_blocks).hit_ratio,
                 lru_uncompressed_blocks=raw_blocks)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.cache_replay", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default="mooncake," + ",".join(workloads.KINDS),
@@ -174,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .replay import BlockContent, ReplayOptions, replay
     t_all = time.monotonic()
     cpu, avx512 = _cpu()
-    meta: Dict[str, Any] = dict(
+    meta: dict[str, Any] = dict(
         date=datetime.datetime.now().isoformat(timespec="seconds"), git_commit=_git_commit(),
         server_source_commit=_server_source_commit(),
         command=" ".join(shlex.quote(x) for x in [sys.executable, "-m", "bench.cache_replay"]
@@ -197,7 +199,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     packed, raw = meta["packed_block_bytes"], meta["raw_block_bytes"]
     os.makedirs(a.out_dir, exist_ok=True)
     json_path = os.path.join(a.out_dir, a.name + ".json")
-    results: Dict[str, Any] = dict(meta=meta, workloads={})
+    results: dict[str, Any] = dict(meta=meta, workloads={})
     print("cache replay: %s, packed block %d B (preset %s), raw %d B; capacities %s%%; "
           "nodes %s; -> %s" % ("simulators only" if a.sim_only else binary, packed,
                                meta["preset"], raw, ",".join("%g" % c for c in caps),
@@ -211,16 +213,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         chains = trace.chains(reqs)
         summ = trace.summary(reqs)
         inf = simulators.infinite(chains).hit_ratio
-        wl: Dict[str, Any] = dict(source=src, summary=summ, infinite_hit_ratio=inf, runs=[])
+        wl: dict[str, Any] = dict(source=src, summary=summ, infinite_hit_ratio=inf, runs=[])
         results["workloads"][name] = wl
-        digests: Dict[int, bytes] = {}  # expected packed digests, shared by the runs
+        digests: dict[int, bytes] = {}  # expected packed digests, shared by the runs
         for cap in caps:
             cap_blocks = int(summ["distinct_blocks"] * cap / 100.0)
             cap_bytes = cap_blocks * packed
             sim = simulate(chains, cap_blocks, cap_bytes // raw)
             sim["infinite"] = inf
             for n in (nodes if not a.sim_only else [None]):
-                run: Dict[str, Any] = dict(capacity_fraction=cap / 100.0,
+                run: dict[str, Any] = dict(capacity_fraction=cap / 100.0,
                                            capacity_blocks=cap_blocks, capacity_bytes=cap_bytes,
                                            nodes=n, sim=dict(sim))
                 if n is not None:
@@ -261,7 +263,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 1 if failed else 0
 
 
-def write_reports(results: Dict[str, Any], out_dir: str, name: str) -> str:
+def write_reports(results: dict[str, Any], out_dir: str, name: str) -> str:
     """Writes <name>.md (the table) and <name>.png (the curves); returns the PNG's path, or
     "(none)" when matplotlib is missing."""
     meta = results["meta"]

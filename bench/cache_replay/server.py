@@ -20,7 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,11 +29,11 @@ class ServerError(RuntimeError):
     """The server binary is missing, or a server failed to start or died."""
 
 
-def find_server_binary(explicit: Optional[str] = None) -> str:
+def find_server_binary(explicit: str | None = None) -> str:
     """``explicit``, else ``$TURBOKV_SERVER_BIN``, else ``$TURBOKV_BUILD_DIR/bin``, else
     ``<repo>/build/bin/turbokv-server``, else the newest ``<repo>/build*/bin/turbokv-server``.
     Raises ServerError when none is executable."""
-    candidates: List[str] = []
+    candidates: list[str] = []
     for p in (explicit, os.environ.get("TURBOKV_SERVER_BIN")):
         if p:
             candidates.append(p)
@@ -62,7 +62,7 @@ class Server:
     """
 
     def __init__(self, binary: str, capacity_bytes: int, extra_args: Sequence[str] = (),
-                 work_dir: Optional[str] = None, keep: bool = False):
+                 work_dir: str | None = None, keep: bool = False):
         self.binary = binary
         self.capacity_bytes = int(capacity_bytes)
         self.extra_args = list(extra_args)
@@ -70,8 +70,8 @@ class Server:
         self.data_dir = os.path.join(self.root, "data")
         self.log_path = os.path.join(self.root, "server.log")
         self.keep = keep
-        self.proc: Optional[subprocess.Popen] = None
-        self.port: Optional[int] = None
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
 
     @property
     def address(self) -> str:
@@ -83,7 +83,7 @@ class Server:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout: float = 60.0) -> "Server":
+    def start(self, timeout: float = 60.0) -> Server:
         port_file = os.path.join(self.root, "port")
         args = [self.binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
                 "--data-dir", self.data_dir, "--capacity", str(self.capacity_bytes),
@@ -122,7 +122,7 @@ class Server:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def io(self) -> Dict[str, int]:
+    def io(self) -> dict[str, int]:
         """The process's /proc/PID/io counters (bytes): write_bytes, cancelled_write_bytes,
         read_bytes, wchar, rchar. Raises ServerError when the process is gone."""
         try:
@@ -165,7 +165,7 @@ class Server:
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self.start()
 
     def __exit__(self, *exc) -> None:

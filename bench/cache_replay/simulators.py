@@ -27,7 +27,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +43,7 @@ class SimResult:
     capacity_blocks: int
     hit_blocks: int
     ref_blocks: int
-    per_request: List[int]
+    per_request: list[int]
 
     @property
     def hit_ratio(self) -> float:
@@ -63,8 +63,8 @@ def lru(chains: Sequence[Sequence[int]], capacity: int) -> SimResult:
     """LRU over blocks (see the module docstring). capacity: blocks, >= 0."""
     if capacity < 0:
         raise ValueError("capacity must be >= 0, got %d" % capacity)
-    cache: "collections.OrderedDict[int, None]" = collections.OrderedDict()
-    per: List[int] = []
+    cache: collections.OrderedDict[int, None] = collections.OrderedDict()
+    per: list[int] = []
     refs = 0
     move, pop = cache.move_to_end, cache.popitem
     for chain in chains:
@@ -83,13 +83,13 @@ def lru(chains: Sequence[Sequence[int]], capacity: int) -> SimResult:
 _NEVER = 1 << 62
 
 
-def next_references(chains: Sequence[Sequence[int]]) -> List[List[int]]:
+def next_references(chains: Sequence[Sequence[int]]) -> list[list[int]]:
     """For request i and position p: the key ``j * stride + q`` of the next reference of
     ``chains[i][p]`` (request j > i, position q), or a key larger than any (never again).
     stride = the longest chain + 1, so keys order by (request, position)."""
     stride = max((len(c) for c in chains), default=0) + 1
-    out: List[List[int]] = [[] for _ in chains]
-    last: Dict[int, int] = {}
+    out: list[list[int]] = [[] for _ in chains]
+    last: dict[int, int] = {}
     for i in range(len(chains) - 1, -1, -1):
         chain = chains[i]
         row = [_NEVER] * len(chain)
@@ -106,9 +106,9 @@ def belady(chains: Sequence[Sequence[int]], capacity: int) -> SimResult:
     if capacity < 0:
         raise ValueError("capacity must be >= 0, got %d" % capacity)
     nxt = next_references(chains)
-    cache: Dict[int, int] = {}  # block -> key of its next reference
-    heap: List[tuple] = []  # (-key, block); stale entries are skipped
-    per: List[int] = []
+    cache: dict[int, int] = {}  # block -> key of its next reference
+    heap: list[tuple] = []  # (-key, block); stale entries are skipped
+    per: list[int] = []
     refs = 0
     push, popmin = heapq.heappush, heapq.heappop
     for chain, keys in zip(chains, nxt):
@@ -130,7 +130,7 @@ def belady(chains: Sequence[Sequence[int]], capacity: int) -> SimResult:
 def infinite(chains: Sequence[Sequence[int]]) -> SimResult:
     """A cache that never evicts: the bound on any policy's prefix hits."""
     seen: set = set()
-    per: List[int] = []
+    per: list[int] = []
     refs = 0
     for chain in chains:
         per.append(_prefix_match(chain, seen))

@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Iterable, List, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 BLOCK_TOKENS = 512  # tokens per hash id in the Mooncake format
 
@@ -29,20 +30,20 @@ class Request:
     timestamp: int
     input_length: int
     output_length: int
-    hash_ids: List[int]
-    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    hash_ids: list[int]
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
-        d: Dict[str, Any] = dict(self.extra)
+        d: dict[str, Any] = dict(self.extra)
         d.update(timestamp=self.timestamp, input_length=self.input_length,
                  output_length=self.output_length, hash_ids=self.hash_ids)
         return json.dumps(d, separators=(", ", ": "))
 
 
-def read_trace(path: str) -> List[Request]:
+def read_trace(path: str) -> list[Request]:
     """Reads a JSONL trace. Raises ValueError naming the line on a malformed request (missing
     key, a negative or non-integer id, a chain that repeats an id)."""
-    out: List[Request] = []
+    out: list[Request] = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -71,15 +72,15 @@ def write_trace(path: str, requests: Iterable[Request]) -> None:
             f.write("\n")
 
 
-def chains(requests: Sequence[Request]) -> List[List[int]]:
+def chains(requests: Sequence[Request]) -> list[list[int]]:
     """The prefix chains (hash_ids) of the requests, in order."""
     return [r.hash_ids for r in requests]
 
 
-def summary(requests: Sequence[Request]) -> Dict[str, Any]:
+def summary(requests: Sequence[Request]) -> dict[str, Any]:
     """Counts of a trace: requests, distinct blocks, block references, the share of blocks
     referenced once, the duration (s) and the mean chain length (blocks)."""
-    counts: Dict[int, int] = {}
+    counts: dict[int, int] = {}
     for r in requests:
         for b in r.hash_ids:
             counts[b] = counts.get(b, 0) + 1
@@ -92,12 +93,12 @@ def summary(requests: Sequence[Request]) -> Dict[str, Any]:
                 mean_chain_blocks=round(refs / len(requests), 2) if requests else 0.0)
 
 
-def prefix_violations(requests: Sequence[Request], limit: int = 10) -> List[str]:
+def prefix_violations(requests: Sequence[Request], limit: int = 10) -> list[str]:
     """Checks the format's rule that an id names its block and everything before it: every
     occurrence of an id must have the same position and the same parent id. Returns up to
     ``limit`` descriptions of ids that break it (empty: the trace is consistent)."""
-    seen: Dict[int, tuple] = {}
-    bad: List[str] = []
+    seen: dict[int, tuple] = {}
+    bad: list[str] = []
     for n, r in enumerate(requests):
         parent = -1
         for p, b in enumerate(r.hash_ids):

@@ -41,7 +41,7 @@ import math
 import os
 import random
 import sys
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 from .trace import BLOCK_TOKENS, Request, summary, write_trace
 
@@ -56,7 +56,7 @@ class Draw:
 
     def __init__(self, seed: int):
         self._r = random.Random(seed)
-        self._zipf_cdf: Dict[Tuple[int, float], List[float]] = {}
+        self._zipf_cdf: dict[tuple[int, float], list[float]] = {}
 
     def uniform(self, lo: float = 0.0, hi: float = 1.0) -> float:
         return lo + (hi - lo) * self._r.random()
@@ -94,7 +94,7 @@ class Draw:
             self._zipf_cdf[key] = cdf
         return min(n - 1, bisect.bisect_left(cdf, self._r.random()))
 
-    def shuffled(self, n: int) -> List[int]:
+    def shuffled(self, n: int) -> list[int]:
         """A permutation of range(n) (Fisher-Yates on random())."""
         p = list(range(n))
         for i in range(n - 1, 0, -1):
@@ -123,29 +123,29 @@ class Context:
     (ceil(tokens / 512) ids).
     """
 
-    def __init__(self, ids: Ids, tokens: int = 0, full: Optional[List[int]] = None):
+    def __init__(self, ids: Ids, tokens: int = 0, full: list[int] | None = None):
         self._ids = ids
         self.tokens = tokens
-        self._full: List[int] = full or []
+        self._full: list[int] = full or []
 
-    def _complete(self, n: int) -> List[int]:
+    def _complete(self, n: int) -> list[int]:
         while len(self._full) < n:
             self._full.append(self._ids.new())
         return self._full[:n]
 
-    def append(self, tokens: int) -> "Context":
+    def append(self, tokens: int) -> Context:
         if tokens < 0:
             raise ValueError("tokens must be >= 0")
         self.tokens += tokens
         return self
 
-    def fork(self, at: Optional[int] = None) -> "Context":
+    def fork(self, at: int | None = None) -> Context:
         at = self.tokens if at is None else at
         if not 0 <= at <= self.tokens:
             raise ValueError("fork at %d outside [0, %d]" % (at, self.tokens))
         return Context(self._ids, at, self._complete(at // BLOCK_TOKENS))
 
-    def chain(self) -> List[int]:
+    def chain(self) -> list[int]:
         full = self._complete(self.tokens // BLOCK_TOKENS)
         if self.tokens % BLOCK_TOKENS:
             return full + [self._ids.new()]
@@ -198,12 +198,12 @@ class SysPromptParams:
     rate_per_s: float = 4.0
 
 
-def gen_sysprompt(p: SysPromptParams, seed: int, requests: int, scale: float) -> List[Request]:
+def gen_sysprompt(p: SysPromptParams, seed: int, requests: int, scale: float) -> list[Request]:
     d, ids = Draw(seed), Ids()
     n_tenants = max(1, int(round(p.tenants * scale)))
-    prompts: Dict[int, Context] = {}
-    variants: Dict[Tuple[int, int], Context] = {}
-    out: List[Request] = []
+    prompts: dict[int, Context] = {}
+    variants: dict[tuple[int, int], Context] = {}
+    out: list[Request] = []
     t = 0.0
     for _ in range(requests):
         t += d.exponential(p.rate_per_s)
@@ -264,11 +264,11 @@ class ChatParams:
     max_context: int = 32000
 
 
-def gen_chat(p: ChatParams, seed: int, requests: int, scale: float) -> List[Request]:
+def gen_chat(p: ChatParams, seed: int, requests: int, scale: float) -> list[Request]:
     d, ids = Draw(seed), Ids()
-    systems: Dict[int, Context] = {}
-    out: List[Request] = []
-    events: List[Tuple[float, int, _Thread]] = []  # (time s, sequence, conversation)
+    systems: dict[int, Context] = {}
+    out: list[Request] = []
+    events: list[tuple[float, int, _Thread]] = []  # (time s, sequence, conversation)
     seq = 0
     next_start = d.exponential(p.conversations_per_s)
     n_conv = 0
@@ -348,11 +348,11 @@ class AgentParams:
     max_context: int = 40000
 
 
-def gen_agent(p: AgentParams, seed: int, requests: int, scale: float) -> List[Request]:
+def gen_agent(p: AgentParams, seed: int, requests: int, scale: float) -> list[Request]:
     d, ids = Draw(seed), Ids()
-    types: Dict[int, Context] = {}
-    out: List[Request] = []
-    events: List[Tuple[float, int, _Thread]] = []  # (time s, sequence, session)
+    types: dict[int, Context] = {}
+    out: list[Request] = []
+    events: list[tuple[float, int, _Thread]] = []  # (time s, sequence, session)
     seq = 0
     next_start = d.exponential(p.sessions_per_s)
     n_sess = 0
@@ -411,15 +411,15 @@ class DocsParams:
     rate_per_s: float = 4.0
 
 
-def gen_docs(p: DocsParams, seed: int, requests: int, scale: float) -> List[Request]:
+def gen_docs(p: DocsParams, seed: int, requests: int, scale: float) -> list[Request]:
     d, ids = Draw(seed), Ids()
     n_docs = max(1, int(round(p.documents * scale)))
     perm = d.shuffled(n_docs)
-    lengths: Dict[int, int] = {}
+    lengths: dict[int, int] = {}
     instruction = Context(ids).append(p.instruction_tokens)
     # A context per distinct document sequence: (doc,) or (doc1, doc2).
-    contexts: Dict[Tuple[int, ...], Context] = {(): instruction}
-    out: List[Request] = []
+    contexts: dict[tuple[int, ...], Context] = {(): instruction}
+    out: list[Request] = []
     t = 0.0
     for _ in range(requests):
         t += d.exponential(p.rate_per_s)
@@ -442,7 +442,7 @@ def gen_docs(p: DocsParams, seed: int, requests: int, scale: float) -> List[Requ
     return out
 
 
-GENERATORS: Dict[str, Tuple[type, Callable[..., List[Request]]]] = {
+GENERATORS: dict[str, tuple[type, Callable[..., list[Request]]]] = {
     "sysprompt": (SysPromptParams, gen_sysprompt),
     "chat": (ChatParams, gen_chat),
     "agent": (AgentParams, gen_agent),
@@ -467,7 +467,7 @@ def parse_params(kind: str, overrides: Sequence[str]):
 
 
 def generate(kind: str, seed: int = 1, scale: float = 1.0, params=None,
-             requests: Optional[int] = None) -> List[Request]:
+             requests: int | None = None) -> list[Request]:
     """The requests of one workload (deterministic in its arguments).
 
     requests: how many (default BASE_REQUESTS x scale). params: the kind's parameter
@@ -482,7 +482,7 @@ def generate(kind: str, seed: int = 1, scale: float = 1.0, params=None,
     return fn(params if params is not None else cls(), seed, n, scale)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.cache_replay.workloads",
         description="Writes a generated KV-cache workload as a Mooncake-format JSONL trace "

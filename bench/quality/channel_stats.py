@@ -144,8 +144,9 @@ def block_means(k: np.ndarray) -> np.ndarray:
 def model_report(args) -> dict:
     import quantizers
     from forward import attention_kl, attention_probs, forward
-    from numpy_llm import load_model
     from run import window_starts
+
+    from numpy_llm import load_model
     model = load_model("smollm2", path=args.model_path)
     with open(args.text, encoding="utf-8") as f:
         ids = np.asarray(model.tokenizer.encode(f.read()), dtype=np.int64)

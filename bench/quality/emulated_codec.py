@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
 
 import numpy as np
 
@@ -40,7 +39,7 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rotation_signs(seed: int, layer: int, kv: int, head_dim: int) -> np.ndarray:
     """float32 [head_dim] of ±1: coordinate j's rotation sign (FORMAT.md, "Rotation signs")."""
     key = _mix64(seed ^ _mix64((layer << 1) | kv))
@@ -92,7 +91,7 @@ class _Density:
         return mass, moment
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def codebook(g: int, bits: int):
     """(levels fp32 [2^bits], thresholds fp32 [2^bits − 1]) as codebook.cc computes them."""
     d = _Density((g - 3) / 2.0)

@@ -9,16 +9,16 @@ With the identity hook the logits equal ``prefill``'s bit for bit (checked by th
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from numpy_llm.llama import KV_K, KV_V, _silu, _softmax_inplace, rms_norm
 
-KvHook = Callable[[int, np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]
+KvHook = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
-def forward(model, tokens: Sequence[int], kv_hook: Optional[KvHook] = None,
+def forward(model, tokens: Sequence[int], kv_hook: KvHook | None = None,
             keep_queries: bool = False):
     """Full-sequence forward (no past KV) of ``tokens`` with every layer's K/V passed
     through ``kv_hook`` before attention.
@@ -41,7 +41,7 @@ def forward(model, tokens: Sequence[int], kv_hook: Optional[KvHook] = None,
     group = nh // nkv
     rows = max(1, min(T, model.attention_chunk_floats // max(1, nh * S)))
     q_cols, k_cols = nh * hd, nkv * hd
-    queries: Optional[List[np.ndarray]] = [] if keep_queries else None
+    queries: list[np.ndarray] | None = [] if keep_queries else None
 
     x = model.tok_embeddings[toks]
     for li, w in enumerate(model.layers):

@@ -29,9 +29,10 @@ import numpy as np  # noqa: E402
 
 
 def main(argv=None) -> int:
-    import run  # the harness: text, windows
     import quantizers
+    import run  # the harness: text, windows
     from forward import forward, token_nll
+
     from numpy_llm import load_model
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--windows", type=int, default=2, help="first N all_kv windows")

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -30,7 +29,7 @@ import report  # noqa: E402
 ALWAYS = ("raw", "fp32 (no KV rounding)")
 
 
-def _load(parts_dir: str, protocol: str) -> Optional[dict]:
+def _load(parts_dir: str, protocol: str) -> dict | None:
     path = os.path.join(parts_dir, protocol + ".json")
     part = report._load(path)
     if protocol == "all_kv":
@@ -38,7 +37,7 @@ def _load(parts_dir: str, protocol: str) -> Optional[dict]:
     return part
 
 
-def merge(sources: List[dict], rows: Optional[List[str]], kl_windows: Optional[int]) -> dict:
+def merge(sources: list[dict], rows: list[str] | None, kl_windows: int | None) -> dict:
     base = max(sources, key=lambda p: len(p["ref"]))
     for p in sources:
         if p["starts"] != base["starts"]:

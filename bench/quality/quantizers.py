@@ -32,7 +32,6 @@ already rounded to fp16 (the namespace dtype), to what the cache would hand back
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -97,11 +96,11 @@ class Row:
     name: str
     kind: str
     family: str  # "turbokv preset", "turbokv ablation", "community (emulated)", "baseline"
-    preset: Optional[str] = None
-    params: Optional[CodecParams] = None
+    preset: str | None = None
+    params: CodecParams | None = None
     bits: int = 0
     note: str = ""
-    emu: Optional[object] = None  # kind "emu": an emulated_codec.EmuCodec (numpy port)
+    emu: object | None = None  # kind "emu": an emulated_codec.EmuCodec (numpy port)
     emu_block_tokens: int = 16    # kind "emu": block size of its bpv and of its key means
 
     def codec_params(self, head_dim: int) -> CodecParams:
@@ -113,7 +112,7 @@ def _p(kb, vb, g=32, kq=False, vq=False, nc=True, kg=None, vg=None) -> CodecPara
                        value_group_size=vg or g, value_qjl=vq, norm_correction=nc)
 
 
-def all_rows() -> List[Row]:
+def all_rows() -> list[Row]:
     """Every row of the evaluation, in report order."""
     rows = [Row(p, "codec", "turbokv preset", preset=p)
             for p in ("raw", "k8v6", "k6v6", "k6v5", "k8v4", "k6v4", "k5v4", "k4v4-g32",
@@ -170,7 +169,7 @@ def vllm_tq_bpv(kb: int, vb: int, head_dim: int, num_layers: int) -> float:
     return ((num_layers - 2 * n) * packed + 2 * n * 16.0) / num_layers
 
 
-def study_rows() -> List[Row]:
+def study_rows() -> list[Row]:
     return [
         # Issue 12: the same bpv as turbo4 (k4v4-g64, 4.26) with the bit moved from V to K.
         Row("k5v3-g64", "codec", "issue-12 study", params=_p(5, 3, 64),
@@ -197,7 +196,7 @@ def _emu_row(name: str, key, value, centre: bool = False, block_tokens: int = 16
     return Row(name, "emu", "issue-12 study", note=note, emu=c, emu_block_tokens=block_tokens)
 
 
-def frac_study_rows() -> List[Row]:
+def frac_study_rows() -> list[Row]:
     """Issue 12's fractional-bit study (bench/quality/emulated_codec.py): (bits, g, extra)
     per section; ``extra`` rotated coordinates per group at bits + 1."""
     return [
@@ -256,7 +255,7 @@ class LayerQuantizer:
     def __init__(self, row: Row, num_layers: int, num_kv_heads: int, head_dim: int):
         self.row = row
         self.L, self.H, self.D = num_layers, num_kv_heads, head_dim
-        self._codecs: Dict[tuple, LocalCodec] = {}
+        self._codecs: dict[tuple, LocalCodec] = {}
         if row.kind == "vllmtq":
             self.params = row.params
             kb, vb = divmod(row.bits, 10)

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import time
-from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -14,7 +13,7 @@ RAW = "raw"
 FP32 = "fp32 (no KV rounding)"
 
 
-def _load(path: str) -> Optional[dict]:
+def _load(path: str) -> dict | None:
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -34,7 +33,7 @@ def bootstrap_ci(nll: np.ndarray, ref: np.ndarray, count: np.ndarray, n: int,
     return float(np.percentile(pct, 2.5)), float(np.percentile(pct, 97.5))
 
 
-def rows_of(part: dict, n_boot: int) -> List[dict]:
+def rows_of(part: dict, n_boot: int) -> list[dict]:
     proto = part["protocol"]
     k = int(part["windows_done"])
     if k == 0:
@@ -86,13 +85,13 @@ def rows_of(part: dict, n_boot: int) -> List[dict]:
 DEFAULT_BOUND_PCT = 0.5  # issue 12: the default is the lowest-bpv preset within 0.5% (prefix reuse)
 
 
-def choose_default(rows: List[dict]) -> Optional[dict]:
+def choose_default(rows: list[dict]) -> dict | None:
     cands = [r for r in rows if r["protocol"] == "prefix_reuse" and r["family"] ==
              "turbokv preset" and r["name"] != RAW and r["delta_ppl_pct"] <= DEFAULT_BOUND_PCT]
     return min(cands, key=lambda r: r["bpv"]) if cands else None
 
 
-def _fmt_delta(r: Optional[dict]) -> str:
+def _fmt_delta(r: dict | None) -> str:
     if r is None:
         return "—"
     s = "%+.3f%%" % r["delta_ppl_pct"]
@@ -101,7 +100,7 @@ def _fmt_delta(r: Optional[dict]) -> str:
     return s
 
 
-def _plot(rows: List[dict], path: str) -> Optional[str]:
+def _plot(rows: list[dict], path: str) -> str | None:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -143,7 +142,7 @@ def _plot(rows: List[dict], path: str) -> Optional[str]:
     return None
 
 
-def _stats_md(stats: dict, all_rows: List[dict], where: str = "") -> List[str]:
+def _stats_md(stats: dict, all_rows: list[dict], where: str = "") -> list[str]:
     lines = []
     cfgs = stats.get("configs", {})
     if not cfgs:
@@ -216,7 +215,7 @@ def _delta_on(nll: np.ndarray, ref: np.ndarray, cnt: np.ndarray) -> float:
     return float(np.expm1((nll.sum() - ref.sum()) / cnt.sum()) * 100.0)
 
 
-def bar_rows(part: dict, n_boot: int, seed: int = 12345) -> List[dict]:
+def bar_rows(part: dict, n_boot: int, seed: int = 12345) -> list[dict]:
     """Issue 12's bar, per baseline row B of one protocol: the turbokv presets with bpv ≤ B's,
     each compared with B on the windows both have (the first ``k``): the preset's Δppl with
     its 95% CI, B's Δppl on the same windows, and the paired difference (preset − B) with its
@@ -267,7 +266,7 @@ def bar_rows(part: dict, n_boot: int, seed: int = 12345) -> List[dict]:
     return out
 
 
-def _bar_md(bars: List[dict]) -> List[str]:
+def _bar_md(bars: list[dict]) -> list[str]:
     """One line per (protocol, baseline): the cheapest preset that meets the bar, else the
     preset that comes closest (smallest upper CI end minus the baseline's point)."""
     if not bars:
@@ -307,7 +306,7 @@ def _bar_md(bars: List[dict]) -> List[str]:
     return L
 
 
-def merge_helpers(main: Optional[dict], path: str) -> Optional[dict]:
+def merge_helpers(main: dict | None, path: str) -> dict | None:
     """Adds the windows of helper checkpoints ``all_kv.A-B.json`` (run.py --all-window-range)
     beside ``path`` to the main all_kv checkpoint. Window results are keyed by window index;
     the main checkpoint wins on overlap. Vector statistics and KL stay the main process's."""
@@ -338,11 +337,11 @@ def merge_helpers(main: Optional[dict], path: str) -> Optional[dict]:
     return out
 
 
-def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[str],
-          elapsed_s: Optional[float] = None) -> List[dict]:
+def build(paths: dict[str, str], out_dir: str, n_boot: int, command: str | None,
+          elapsed_s: float | None = None) -> list[dict]:
     parts = {p: _load(path) for p, path in paths.items()}
     parts["all_kv"] = merge_helpers(parts.get("all_kv"), paths["all_kv"])
-    rows: List[dict] = []
+    rows: list[dict] = []
     for p in ("prefix_reuse", "all_kv"):
         if parts.get(p):
             rows += rows_of(parts[p], n_boot)
@@ -393,7 +392,6 @@ def build(paths: Dict[str, str], out_dir: str, n_boot: int, command: Optional[st
                  "quantized layer by layer (turbokv rows: the codec library via its C ABI, "
                  "identical bytes to the server); reference = fp16 KV." % (
                      ak.get("windows_done", 0), ap_["all_tokens"]))
-    ref_r = by.get((RAW, "all_kv"))
     fp = by.get((FP32, "all_kv"))
     if fp:
         L.append("* Model's own perplexity (numpy fp32, exact KV, all_kv windows): **%.3f**; "

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -76,7 +75,7 @@ def write_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
-def find_server_binary() -> Optional[str]:
+def find_server_binary() -> str | None:
     """Same discovery as tests/python/conftest.py."""
     explicit = os.environ.get("TURBOKV_SERVER_BIN")
     if explicit:
@@ -143,7 +142,7 @@ class Server:
 
 
 # -- configuration -----------------------------------------------------------------------------
-def plan(args) -> Dict[str, int]:
+def plan(args) -> dict[str, int]:
     if args.quick:
         d = dict(prefix_windows=2, prefix_tokens=64, cont_tokens=64, all_windows=1,
                  all_tokens=128, kl_windows=1)
@@ -156,7 +155,7 @@ def plan(args) -> Dict[str, int]:
     return d
 
 
-def window_starts(n_tokens: int, length: int, count: int) -> List[int]:
+def window_starts(n_tokens: int, length: int, count: int) -> list[int]:
     """``count`` windows of ``length`` tokens spread evenly over the text (no overlap)."""
     if count * length > n_tokens:
         raise ValueError("text has %d tokens; %d windows of %d do not fit"
@@ -166,8 +165,9 @@ def window_starts(n_tokens: int, length: int, count: int) -> List[int]:
 
 
 def load(args):
-    from numpy_llm import load_model
     import quantizers
+
+    from numpy_llm import load_model
     t0 = time.time()
     model = load_model("smollm2", path=args.model_path)
     with open(args.text, encoding="utf-8") as f:
@@ -244,6 +244,7 @@ def _row_meta(row, q) -> dict:
 # -- protocol: prefix reuse --------------------------------------------------------------------
 def run_prefix_reuse(args, model, ids, rows, part_path: str) -> None:
     import quantizers
+
     from turbokv import Client, PrefixHasher
     from turbokv.codec import LocalCodec
     cfg = plan(args)

@@ -101,7 +101,7 @@ def panels():
         ], unit="short"),
         row(12, "Latency", 31),
     ]
-    for i, (q, pid, x) in enumerate([("0.5", 13, 0), ("0.9", 14, 8), ("0.99", 15, 16)]):
+    for q, pid, x in [("0.5", 13, 0), ("0.9", 14, 8), ("0.99", 15, 16)]:
         out.append(panel(pid, "RPC latency p%s by method" % q.replace("0.", ""),
                          "timeseries", (x, 32, 8, 8), [
             ('histogram_quantile(%s, sum by (method, le) (rate(turbokv_rpc_duration_seconds_bucket'

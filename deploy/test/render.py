@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import os
 import sys
-from typing import List
 
 import yaml
 
@@ -24,7 +23,7 @@ _KNOWN = {"apiVersion", "kind", "resources", "labels", "images", "patches"}
 _WORKLOADS = {"StatefulSet", "Deployment", "DaemonSet", "ReplicaSet", "Job"}
 
 
-def _load_all(path: str) -> List[dict]:
+def _load_all(path: str) -> list[dict]:
     with open(path) as f:
         return [d for d in yaml.safe_load_all(f) if d]
 
@@ -50,7 +49,7 @@ def _merge(base, patch):
     return copy.deepcopy(patch)
 
 
-def _add(d: dict, path: List[str], pairs: dict) -> None:
+def _add(d: dict, path: list[str], pairs: dict) -> None:
     for k in path:
         d = d.setdefault(k, {})
     d.update(pairs)
@@ -84,13 +83,13 @@ def _containers(res: dict):
     return pod.get("containers", []) + pod.get("initContainers", [])
 
 
-def render(folder: str) -> List[dict]:
+def render(folder: str) -> list[dict]:
     """The resources of the kustomization in `folder`, in kustomize's output order."""
     k = _load_all(os.path.join(folder, "kustomization.yaml"))[0]
     unknown = set(k) - _KNOWN
     if unknown:
         raise ValueError("%s: unsupported kustomization fields %s" % (folder, sorted(unknown)))
-    out: List[dict] = []
+    out: list[dict] = []
     for r in k.get("resources", []):
         p = os.path.normpath(os.path.join(folder, r))
         out.extend(render(p) if os.path.isdir(p) else _load_all(p))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 
 class EventSubscriber:
@@ -16,7 +17,7 @@ class EventSubscriber:
     ``tcp://127.0.0.1:<free port>`` (``endpoint`` tells where), else connects to ``endpoint``.
     Raises on a message vLLM's decoder rejects (it is recorded in ``errors``)."""
 
-    def __init__(self, endpoint: Optional[str] = None, bind: bool = False, topic: bytes = b""):
+    def __init__(self, endpoint: str | None = None, bind: bool = False, topic: bytes = b""):
         import msgspec
         import zmq
         from vllm.distributed.kv_events import KVEventBatch
@@ -32,8 +33,8 @@ class EventSubscriber:
             assert endpoint is not None
             self._sock.connect(endpoint)
             self.endpoint = endpoint
-        self.messages: List[Tuple[str, int, Any]] = []
-        self.errors: List[str] = []
+        self.messages: list[tuple[str, int, Any]] = []
+        self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kv-event-sub", daemon=True)
@@ -55,7 +56,7 @@ class EventSubscriber:
             with self._lock:
                 self.messages.append((topic.decode(), int.from_bytes(seq, "big"), batch))
 
-    def events(self, medium: Optional[str] = None) -> List[Tuple[str, Any]]:
+    def events(self, medium: str | None = None) -> list[tuple[str, Any]]:
         """``(topic, event)`` in arrival order; only events of ``medium`` when given
         (AllBlocksCleared has no medium and is always kept)."""
         with self._lock:
@@ -68,7 +69,7 @@ class EventSubscriber:
                     out.append((topic, ev))
         return out
 
-    def seqs(self) -> List[int]:
+    def seqs(self) -> list[int]:
         with self._lock:
             return [s for _, s, _ in self.messages]
 

@@ -30,10 +30,10 @@ from conftest import ServerProcess
 pytest.importorskip("vllm")
 pytest.importorskip("zmq")
 
+import numpy as np  # noqa: E402
+
 from kv_event_subscriber import EventSubscriber  # noqa: E402
 from turbokv import Client, PrefixHasher  # noqa: E402
-
-import numpy as np  # noqa: E402
 
 L, H, D, BT = 2, 2, 64, 16          # 16 KiB fp16 blocks
 MEDIUM = "turbokv"

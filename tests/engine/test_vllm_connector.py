@@ -192,6 +192,7 @@ def _client_get(address, prefix):
     """The Python client's GetBlocks of B's stored blocks (raw, fp32) into one caller-owned
     buffer, as the connector fetches them: twice, the second timed."""
     import torch
+
     from turbokv import Client, PrefixHasher
     n_blocks = PREFIX // BLOCK
     with Client(address) as c:

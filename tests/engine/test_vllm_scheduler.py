@@ -18,8 +18,13 @@ pytest.importorskip("vllm")
 import msgspec  # noqa: E402
 import torch  # noqa: E402
 from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVEventBatch  # noqa: E402
-from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,  # noqa: E402
-                                        KVCacheGroupSpec, MambaSpec, MLAAttentionSpec)
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+)
 
 from turbokv.integrations import vllm as tkv  # noqa: E402
 from turbokv.integrations.vllm_scheduler import EventTally  # noqa: E402

@@ -17,8 +17,7 @@ from conftest import ServerProcess  # noqa: E402
 from turbokv import Client, PrefixHasher  # noqa: E402
 from turbokv.integrations.vllm_layout import ContentSplitLayout  # noqa: E402
 from turbokv.integrations.vllm_store import Counters, Health, Namespaces, NamespaceShape  # noqa: E402
-from turbokv.integrations.vllm_worker import (LoadSpec, SaveSpec, StoredRun,  # noqa: E402
-                                              WorkerSide)
+from turbokv.integrations.vllm_worker import LoadSpec, SaveSpec, StoredRun, WorkerSide  # noqa: E402
 
 L, H, D = 2, 2, 64
 KERNEL, VBLOCK, BT = 32, 64, 128          # kernel block, vLLM block, turbokv block (tokens)

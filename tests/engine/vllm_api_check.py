@@ -29,16 +29,17 @@ import inspect
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, List
+from collections.abc import Callable
+from typing import Any
 
 
-def _params(fn: Callable[..., Any]) -> List[Any]:
+def _params(fn: Callable[..., Any]) -> list[Any]:
     sig = inspect.signature(fn)
     return [(p.name, p.kind.name, None if p.default is inspect.Parameter.empty
              else repr(p.default)) for p in sig.parameters.values()]
 
 
-def _fields(cls: type) -> List[str]:
+def _fields(cls: type) -> list[str]:
     """Fields (dataclass, msgspec, pydantic) and class attributes (methods, properties)."""
     names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
     names += list(getattr(cls, "__struct_fields__", ()))       # msgspec
@@ -47,7 +48,7 @@ def _fields(cls: type) -> List[str]:
     return names
 
 
-def _init_attrs(cls: type) -> List[str]:
+def _init_attrs(cls: type) -> list[str]:
     """Attributes a class sets on self in its __init__, plus its properties."""
     src = inspect.getsource(cls)
     tree = ast.parse(src.replace("\n    ", "\n") if src.startswith("    ") else src)
@@ -69,13 +70,13 @@ def main() -> int:
 
     from turbokv.integrations import vllm as tkv
 
-    problems: List[str] = []
-    only: List[str] = []
+    problems: list[str] = []
+    only: list[str] = []
     checked = 0
     B, T = base.KVConnectorBase_V1, tkv.TurboKVConnector
 
     # 1. Overrides: same name, same parameters.
-    for name, member in vars(T).items():
+    for name in vars(T):
         if name.startswith("_") and name != "__init__":
             continue
         checked += 1
@@ -103,7 +104,7 @@ def main() -> int:
             problems.append("%s leaves %s of %s abstract" % (cls.__name__, missing,
                                                              parent.__name__))
     # 3. What the connector reads and builds.
-    needs: Dict[str, tuple] = {
+    needs: dict[str, tuple] = {
         "SchedulerOutput": (sched_output.SchedulerOutput, [
             "scheduled_new_reqs", "scheduled_cached_reqs", "num_scheduled_tokens",
             "scheduled_spec_decode_tokens", "total_num_scheduled_tokens",

@@ -1,5 +1,5 @@
 """Runs one vLLM engine in this process and writes what it did as JSON (used by the engine tests
-and by the README figures; run it with the engine venv's python).
+and by the figures in docs/vllm.md; run it with the engine venv's python).
 
     python tests/engine/vllm_run.py SPEC.json OUT.json
 
@@ -27,7 +27,7 @@ import dataclasses
 import json
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 
 def _external_hits(llm: Any) -> int:
@@ -35,7 +35,7 @@ def _external_hits(llm: Any) -> int:
                if m.name == "vllm:external_prefix_cache_hits")
 
 
-def _connectors(llm: Any) -> Dict[str, Any]:
+def _connectors(llm: Any) -> dict[str, Any]:
     """The scheduler's and the worker's TurboKVConnector of an in-process engine."""
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
     out = {}
@@ -65,7 +65,7 @@ def main(spec_path: str, out_path: str) -> int:
                                kv_role=kv.get("role", "kv_both"),
                                kv_load_failure_policy="recompute",
                                kv_connector_extra_config=extra)
-    events: Optional[KVEventsConfig] = None
+    events: KVEventsConfig | None = None
     if spec.get("kv_events_endpoint"):
         events = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
                                 endpoint=spec["kv_events_endpoint"])
@@ -84,7 +84,7 @@ def main(spec_path: str, out_path: str) -> int:
         from pyinstrument import Profiler
         profiler = Profiler(interval=0.001, async_mode="disabled")
         profiler.start()
-    results: List[Dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
     hits_before = _external_hits(llm)
     for ids in spec["prompts"]:
         t = time.monotonic()
@@ -111,7 +111,7 @@ def main(spec_path: str, out_path: str) -> int:
         profiler.stop()
         with open(spec["profile"], "w") as f:
             f.write(profiler.output_text(unicode=False, color=False, show_all=False))
-    report: Dict[str, Any] = {"prompts": results, "startup_s": startup}
+    report: dict[str, Any] = {"prompts": results, "startup_s": startup}
     if ktc is not None:
         if transfer is not None and not transfer.wait_idle(timeout=120):
             report["saves_pending"] = True

@@ -101,7 +101,7 @@ class ServerProcess:
     def address(self) -> str:
         return "127.0.0.1:%d" % self.port
 
-    def start(self, timeout: float = 30.0) -> "ServerProcess":
+    def start(self, timeout: float = 30.0) -> ServerProcess:
         port_file = os.path.join(os.path.dirname(self.log_path),
                                  "port-%d" % int(time.time() * 1e6))
         args = [self.binary, "--listen", self.listen_host + ":0", "--port-file", port_file,

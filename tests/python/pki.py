@@ -12,7 +12,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-from typing import Tuple
 
 import pytest
 
@@ -43,7 +42,7 @@ class Pki:
     def _path(self, name: str) -> str:
         return os.path.join(self.root, name)
 
-    def _ca(self, name: str) -> Tuple[str, str]:
+    def _ca(self, name: str) -> tuple[str, str]:
         crt, key = self._path(name + ".crt"), self._path(name + ".key")
         _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
                  "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj",
@@ -51,7 +50,7 @@ class Pki:
                  "-addext", "keyUsage=critical,keyCertSign,cRLSign")
         return crt, key
 
-    def _leaf(self, name: str, cn: str, ext: str, ca: str, ca_key: str) -> Tuple[str, str]:
+    def _leaf(self, name: str, cn: str, ext: str, ca: str, ca_key: str) -> tuple[str, str]:
         crt, key, csr = (self._path(name + ".crt"), self._path(name + ".key"),
                          self._path(name + ".csr"))
         extfile = self._path(name + ".ext")
@@ -63,7 +62,7 @@ class Pki:
                  "-out", crt, "-days", "2", "-extfile", extfile)
         return crt, key
 
-    def client(self, cn: str, rogue: bool = False) -> Tuple[str, str]:
+    def client(self, cn: str, rogue: bool = False) -> tuple[str, str]:
         ca, key = (self.rogue_ca, self.rogue_ca_key) if rogue else (self.ca, self.ca_key)
         return self._leaf("client-" + cn + ("-rogue" if rogue else ""), cn,
                           "subjectAltName=DNS:%s\nextendedKeyUsage=clientAuth\n" % cn, ca, key)

@@ -17,9 +17,10 @@ from conftest import require_stubs
 
 require_stubs()
 
-from turbokv import Client, ServerStats, StatusCode, TurboKVError  # noqa: E402
 from turbokv.v1 import turbokv_pb2 as pb  # noqa: E402
 from turbokv.v1 import turbokv_pb2_grpc as pb_grpc  # noqa: E402
+
+from turbokv import Client, ServerStats, StatusCode, TurboKVError  # noqa: E402
 
 NS = 0x1234
 SHAPE = dict(num_layers=2, num_kv_heads=2, head_dim=8, block_tokens=4)

@@ -13,9 +13,10 @@ from conftest import require_stubs
 
 require_stubs()
 
-from turbokv import Client, StatusCode, TurboKVError  # noqa: E402
 from turbokv.v1 import turbokv_pb2 as pb  # noqa: E402
 from turbokv.v1 import turbokv_pb2_grpc as pb_grpc  # noqa: E402
+
+from turbokv import Client, StatusCode, TurboKVError  # noqa: E402
 
 NS = 0xFEDCBA9876543210
 SHAPE = dict(num_layers=2, num_kv_heads=2, head_dim=8, block_tokens=4)
@@ -58,8 +59,7 @@ class Fake(pb_grpc.TurboKVServicer):
     def GetBlocks(self, request, context):
         self._maybe_fail(context)
         self.last_get = request
-        for r in self.get_responses:
-            yield r
+        yield from self.get_responses
 
     def Lookup(self, request, context):
         self._maybe_fail(context)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from conftest import CLIENT_PY
-
 from turbokv.hasher import PrefixHasher
 
 VECTORS = os.path.join(CLIENT_PY, "turbokv", "hash_vectors.json")

@@ -492,6 +492,7 @@ def test_argument_errors_name_the_argument():
 def test_retries_then_unavailable_and_deadline():
     """No server: UNAVAILABLE after bounded retries, within the deadline."""
     import time
+
     from conftest import require_stubs
     require_stubs()
     from turbokv import Client, TurboKVError

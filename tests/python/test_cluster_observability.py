@@ -226,7 +226,7 @@ def test_prometheus_scrapes_a_real_server(metrics_server, tmp_path):
         for name in ("turbokv_blocks", "turbokv_compression_ratio", "turbokv_lookup_tokens_total"):
             assert query('%s{job="turbokv"}' % name), name
 
-        for title, expr in dashboard_exprs():
+        for _title, expr in dashboard_exprs():
             query(grafana_to_promql(expr))  # asserts status success (valid PromQL)
         assert 0 < float(hit[0]["value"][1]) <= 1, hit
         logical = [e for t, e in dashboard_exprs() if t.startswith("Throughput")][0]

@@ -52,6 +52,7 @@ def test_fractional_bits_sit_between_the_whole_widths():
 
 def test_bpv_counts_header_scales_and_means():
     import emulated_codec as e
+
     from turbokv.codec import CodecParams, LocalCodec
     _codec_or_skip()
     c = e.EmuCodec(e.SectionSpec(5, 32), e.SectionSpec(4, 64))

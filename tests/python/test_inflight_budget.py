@@ -19,9 +19,10 @@ from conftest import ServerProcess, find_server_binary, require_stubs
 
 require_stubs()
 
-from turbokv import Client, StatusCode  # noqa: E402
 from turbokv.v1 import turbokv_pb2 as pb  # noqa: E402
 from turbokv.v1 import turbokv_pb2_grpc as pb_grpc  # noqa: E402
+
+from turbokv import Client, StatusCode  # noqa: E402
 
 # 32 layers x 2 x 16 tokens x 8 heads x 128 dims x fp16 = 2 MiB raw per block.
 SHAPE = dict(num_layers=32, num_kv_heads=8, head_dim=128, block_tokens=16)

@@ -485,10 +485,10 @@ def test_metrics_catalogue_matches_the_server(server_bin, cli_bin, tmp_path):
 
 
 def test_readme_and_docs_stand_on_their_own():
-    """README.md and docs/ point at nothing outside the repository: no design notes kept
-    elsewhere, and every relative link resolves to a file of the checkout."""
+    """README.md, CONTRIBUTING.md and docs/ point at nothing outside the repository: no design
+    notes kept elsewhere, and every relative link resolves to a file of the checkout."""
     repo = os.path.dirname(os.path.dirname(FIXTURES))
-    pages = [os.path.join(repo, "README.md")] + [
+    pages = [os.path.join(repo, "README.md"), os.path.join(repo, "CONTRIBUTING.md")] + [
         os.path.join(repo, "docs", n) for n in sorted(os.listdir(os.path.join(repo, "docs")))
         if n.endswith(".md")]
     assert len(pages) >= 6, pages

@@ -11,7 +11,6 @@ above the optimum. (The Mooncake trace itself is replayed by eviction_unit_tests
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

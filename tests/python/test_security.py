@@ -81,9 +81,10 @@ def _client(address, **sec):
 # -- TLS and mutual TLS -------------------------------------------------------------------
 def test_tls_round_trip_and_refusals(tmp_path, pki):
     import grpc
+    from turbokv.v1 import turbokv_pb2 as pb
+
     from turbokv import Security
     from turbokv.errors import StatusCode, TurboKVError
-    from turbokv.v1 import turbokv_pb2 as pb
     s = _server(tmp_path, "tls", "--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
                 "--insecure-allow-remote")
     try:
@@ -111,6 +112,7 @@ def test_renewed_certificate_is_picked_up_without_restart(tmp_path, pki):
     """The certificate files are watched (--cert-refresh-seconds): replacing them, as
     cert-manager does, changes what new connections get."""
     import shutil
+
     from turbokv.errors import TurboKVError
     cert, key = str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")
     shutil.copy(pki.server_cert, cert)
@@ -143,8 +145,9 @@ def test_renewed_certificate_is_picked_up_without_restart(tmp_path, pki):
 
 def test_mutual_tls(tmp_path, pki):
     import grpc
-    from turbokv import Security
     from turbokv.v1 import turbokv_pb2 as pb
+
+    from turbokv import Security
     good_cert, good_key = pki.client("client-a")
     rogue_cert, rogue_key = pki.client("client-a", rogue=True)
     s = _server(tmp_path, "mtls", "--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
@@ -196,6 +199,7 @@ def test_sighup_reloads_certificates_and_client_ca(tmp_path, pki):
     certificates of the new CA are accepted and those of the old one refused. A reload whose
     files do not match keeps what is served."""
     import shutil
+
     from turbokv.errors import TurboKVError
     cert, key, ca = (str(tmp_path / n) for n in ("tls.crt", "tls.key", "ca.crt"))
     for src, dst in ((pki.server_cert, cert), (pki.server_key, key), (pki.ca, ca)):
@@ -253,8 +257,9 @@ def test_mtls_identity_maps_to_tenant(tmp_path, pki):
     """`cert <identity> <tenant>` entries: the client certificate alone names the tenant; a
     verified certificate the file does not name is UNAUTHENTICATED."""
     import grpc
-    from turbokv import Security
     from turbokv.v1 import turbokv_pb2 as pb
+
+    from turbokv import Security
     a_cert, a_key = pki.client("svc-a.example")
     x_cert, x_key = pki.client("svc-x.example")
     tokens = _token_file(tmp_path / "tokens", ["cert svc-a.example tenant-a",
@@ -282,8 +287,9 @@ def test_mtls_identity_maps_to_tenant(tmp_path, pki):
 # -- tokens ------------------------------------------------------------------------------
 def test_tokens_missing_wrong_revoked(tmp_path):
     import grpc
-    from turbokv import Security
     from turbokv.v1 import turbokv_pb2 as pb
+
+    from turbokv import Security
     path = tmp_path / "tokens"
     _token_file(path, ["token %s tenant-a" % token_digest(TOKEN_A),
                        "token %s tenant-b" % token_digest(TOKEN_B)])
@@ -387,8 +393,9 @@ def test_token_file_replaced_by_a_directory_keeps_the_previous_tokens(tmp_path):
         s.proc.send_signal(signal.SIGHUP)
         _wait_accepted(s.address, TOKEN_B)
         import grpc
-        from turbokv import Security
         from turbokv.v1 import turbokv_pb2 as pb
+
+        from turbokv import Security
         ch, stub = _stub(s.address, Security(token=TOKEN_A))
         code, _ = _refused(lambda: stub.Stats(pb.StatsRequest(), timeout=5))
         assert code == grpc.StatusCode.UNAUTHENTICATED
@@ -399,8 +406,9 @@ def test_token_file_replaced_by_a_directory_keeps_the_previous_tokens(tmp_path):
 
 def _wait_accepted(address, token):
     import grpc
-    from turbokv import Security
     from turbokv.v1 import turbokv_pb2 as pb
+
+    from turbokv import Security
     ch, stub = _stub(address, Security(token=token))
     deadline = time.monotonic() + 10
     while True:
@@ -426,8 +434,9 @@ def test_cross_tenant_isolation(tmp_path):
     """Another tenant's namespace answers exactly like an unregistered one, for every call;
     the same descriptor registered by two tenants gives two namespaces sharing no block."""
     import grpc
-    from turbokv import Security
     from turbokv.v1 import turbokv_pb2 as pb
+
+    from turbokv import Security
     path = _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A),
                                              "token %s tenant-b" % token_digest(TOKEN_B),
                                              "token %s ops admin" % token_digest(TOKEN_ADMIN)])
@@ -643,8 +652,9 @@ def _non_loopback_ip():
 
 def test_protected_mode(tmp_path):
     import grpc
-    from turbokv import Security
     from turbokv.v1 import turbokv_pb2 as pb
+
+    from turbokv import Security
     ip = _non_loopback_ip()
     if ip is None:
         pytest.skip("this machine has no non-loopback IPv4 address")

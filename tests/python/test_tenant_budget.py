@@ -94,10 +94,10 @@ def test_idle_and_slow_streams_of_one_tenant_do_not_hold_up_anothers_puts(tb, tm
 
 
 def test_a_stream_that_stops_sending_is_cancelled_and_counted(tb, tmp_path):
-    import grpc
-    from turbokv import Security
     from turbokv.v1 import turbokv_pb2 as pb
     from turbokv.v1 import turbokv_pb2_grpc as pb_grpc
+
+    from turbokv import Security
     proc, address, metrics = _start(tb, tmp_path, "--stream-idle-timeout-ms", "2000")
     try:
         ns_a = tb.register(address, tb.TOKEN_A, "big", SHAPE_A_BIG, "raw")

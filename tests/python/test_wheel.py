@@ -13,7 +13,6 @@ Needs network access to PyPI for the venvs (pip's cache makes reruns fast). ~3 m
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import subprocess

@@ -16,7 +16,7 @@ The texts were written for this demo.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,12 +117,12 @@ def scenarios_for(model_key: str):
     return SMOLLM2_SCENARIOS if model_key == "smollm2" else STORIES_SCENARIOS
 
 
-def render_conversation_prompt(model_key: str, conv: Conversation, users: List[str],
-                               replies: List[str]) -> str:
+def render_conversation_prompt(model_key: str, conv: Conversation, users: list[str],
+                               replies: list[str]) -> str:
     """Prompt text of the request for user turn ``len(users) - 1`` given earlier replies."""
     if model_key == "smollm2":
         from numpy_llm import format_chatml
-        msgs: List[Dict[str, str]] = [{"role": "system", "content": conv.system}]
+        msgs: list[dict[str, str]] = [{"role": "system", "content": conv.system}]
         for i, u in enumerate(users):
             msgs.append({"role": "user", "content": u})
             if i < len(replies):

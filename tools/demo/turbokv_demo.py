@@ -36,7 +36,7 @@ import json
 import os
 import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -82,7 +82,7 @@ class RequestReport:
         return self.flops_full - self.flops_reuse
 
     @property
-    def compression_ratio(self) -> Optional[float]:
+    def compression_ratio(self) -> float | None:
         return self.sent_bytes / self.stored_bytes if self.stored_bytes else None
 
 
@@ -93,8 +93,8 @@ def _is_ok(code) -> bool:
 
 
 def _continue_greedy(model, logits: np.ndarray, kv: np.ndarray, max_new: int,
-                     stop: Sequence[int]) -> List[int]:
-    out: List[int] = []
+                     stop: Sequence[int]) -> list[int]:
+    out: list[int] = []
     for _ in range(max_new):
         nxt = int(np.argmax(logits[-1]))
         if nxt in stop:
@@ -127,7 +127,7 @@ class Demo:
         tok = model.tokenizer
         self.add_bos = model_key == "stories260k"
         self.stop = {tok.eos_id} | ({0} if model_key == "smollm2" else set())
-        self.reports: List[RequestReport] = []
+        self.reports: list[RequestReport] = []
 
     # -- one request -------------------------------------------------------------------------
     def request(self, scenario: str, turn: int, prompt: str) -> RequestReport:
@@ -140,7 +140,7 @@ class Demo:
         matched = 0
         if hashes:  # prompts shorter than one block have nothing to look up or store
             matched = int(self.client.lookup(self.ns, hashes, lease_seconds=0).matched_blocks)
-        got: List[np.ndarray] = []
+        got: list[np.ndarray] = []
         if matched:
             for a in self.client.get_blocks(self.ns, hashes[:matched], dtype="fp16"):
                 if a is None:  # evicted between Lookup and GetBlocks: reuse what came back
@@ -196,14 +196,14 @@ class Demo:
         return rep
 
     # -- scenarios -----------------------------------------------------------------------------
-    def run(self, only: Optional[Sequence[str]] = None) -> None:
+    def run(self, only: Sequence[str] | None = None) -> None:
         for s in sc.scenarios_for(self.model_key):
             if only and s.name not in only:
                 continue
             self.log(f"scenario {s.name}")
             if isinstance(s, sc.Conversation):
-                users: List[str] = []
-                replies: List[str] = []
+                users: list[str] = []
+                replies: list[str] = []
                 for i, u in enumerate(s.turns):
                     users.append(u)
                     text = sc.render_conversation_prompt(self.model_key, s, users, replies)
@@ -330,7 +330,7 @@ def format_table(demo: Demo) -> str:
     return "\n".join(lines + [""] + summary)
 
 
-def format_server_stats(stats: Optional[dict], namespace_id: int) -> str:
+def format_server_stats(stats: dict | None, namespace_id: int) -> str:
     """One line from ``Client.stats()`` (the ServerStats or its dict): the server as a whole
     and the demo's namespace."""
     if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
@@ -372,8 +372,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object, no table")
     args = ap.parse_args(argv)
 
-    from turbokv import Client, PrefixHasher, TurboKVError
     from numpy_llm import load_model
+    from turbokv import Client, PrefixHasher, TurboKVError
 
     t0 = time.perf_counter()
     model = load_model(args.model, path=args.model_path)

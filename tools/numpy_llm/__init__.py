@@ -23,7 +23,6 @@ imports the gRPC client.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from .fetch import ModelUnavailable, cache_dir, ensure_smollm2
 from .gguf_llama import GgufBpeTokenizer, format_chatml, load_gguf_llama
@@ -42,7 +41,7 @@ def default_stories260k_path() -> str:
     return os.path.normpath(os.environ.get("TURBOKV_STORIES260K") or DEFAULT_STORIES260K)
 
 
-def load_model(name: str, path: Optional[str] = None, cache: Optional[str] = None,
+def load_model(name: str, path: str | None = None, cache: str | None = None,
                kv_layout: str = "hf", download: bool = True) -> LlamaModel:
     """Loads ``"smollm2"`` (SmolLM2-135M-Instruct, fetched into the cache if ``path`` is None)
     or ``"stories260k"`` (a llama2.c ``model.bin``; ``tokenizer.bin`` beside it).

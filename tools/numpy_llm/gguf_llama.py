@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -52,14 +52,14 @@ def _field(reader, key: str, default=None):
 class GgufBpeTokenizer(Tokenizer):
     """Byte-level BPE from GGUF metadata (``tokenizer.ggml.model == "gpt2"``)."""
 
-    def __init__(self, tokens: List[str], merges: List[str], token_types: Sequence[int],
+    def __init__(self, tokens: list[str], merges: list[str], token_types: Sequence[int],
                  bos_id: int, eos_id: int, chat_template: str = ""):
         try:
-            from tokenizers import AddedToken, Tokenizer as HfTokenizer, decoders, models, \
-                pre_tokenizers
+            from tokenizers import AddedToken, decoders, models, pre_tokenizers
+            from tokenizers import Tokenizer as HfTokenizer
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError("the SmolLM2 tokenizer needs the PyPI package `tokenizers`") from e
-        vocab: Dict[str, int] = {t: i for i, t in enumerate(tokens)}
+        vocab: dict[str, int] = {t: i for i, t in enumerate(tokens)}
         pairs = []
         for m in merges:
             a, sep, b = m.partition(" ")
@@ -82,22 +82,22 @@ class GgufBpeTokenizer(Tokenizer):
         self.eos_id = eos_id
         self.chat_template = chat_template
 
-    def encode(self, text: str, add_bos: bool = False) -> List[int]:
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
         ids = self._tok.encode(text, add_special_tokens=False).ids
         return ([self.bos_id] if add_bos else []) + list(ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
-    def token_to_id(self, token: str) -> Optional[int]:
+    def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 
 
 SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
-def format_chatml(messages: Sequence[Dict[str, str]], add_generation_prompt: bool = True,
-                  default_system: Optional[str] = SMOLLM2_DEFAULT_SYSTEM) -> str:
+def format_chatml(messages: Sequence[dict[str, str]], add_generation_prompt: bool = True,
+                  default_system: str | None = SMOLLM2_DEFAULT_SYSTEM) -> str:
     """SmolLM2's chat template (GGUF ``tokenizer.chat_template``, ChatML) rendered in Python:
     ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, a default system message when
     the first message is not a system one, and ``<|im_start|>assistant\\n`` to prompt a reply."""
@@ -125,7 +125,7 @@ def _sha256_prefix(path: str, n: int = 16) -> str:
     return h.hexdigest()[:n]
 
 
-def load_gguf_llama(path: str, kv_layout: str = "hf", name: Optional[str] = None) -> LlamaModel:
+def load_gguf_llama(path: str, kv_layout: str = "hf", name: str | None = None) -> LlamaModel:
     """Loads a ``general.architecture == "llama"`` GGUF file as a float32 :class:`LlamaModel`.
 
     Args:

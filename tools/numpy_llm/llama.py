@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -99,7 +99,7 @@ class LayerWeights:
     w2: np.ndarray
 
     @staticmethod
-    def from_out_in(attn_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3) -> "LayerWeights":
+    def from_out_in(attn_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3) -> LayerWeights:
         """Builds a layer from checkpoint-style ``[out, in]`` matrices (PyTorch ``nn.Linear``)."""
         f32 = lambda a: np.ascontiguousarray(np.asarray(a, dtype=np.float32))
         return LayerWeights(
@@ -119,7 +119,7 @@ class Tokenizer:
     eos_id: int
     vocab_size: int
 
-    def encode(self, text: str, add_bos: bool = False) -> List[int]:
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
         raise NotImplementedError
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -160,8 +160,8 @@ class LlamaModel:
     attention_chunk_floats = 1 << 25
 
     def __init__(self, name: str, revision: str, config: LlamaConfig,
-                 tok_embeddings: np.ndarray, layers: List[LayerWeights], final_norm: np.ndarray,
-                 classifier: Optional[np.ndarray], tokenizer: Tokenizer):
+                 tok_embeddings: np.ndarray, layers: list[LayerWeights], final_norm: np.ndarray,
+                 classifier: np.ndarray | None, tokenizer: Tokenizer):
         """
         Args:
           tok_embeddings: ``[vocab_size, dim]`` float32.
@@ -208,7 +208,7 @@ class LlamaModel:
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
-    def kv_shape(self, num_tokens: int) -> Tuple[int, int, int, int, int]:
+    def kv_shape(self, num_tokens: int) -> tuple[int, int, int, int, int]:
         """``(num_layers, 2, num_tokens, num_kv_heads, head_dim)``."""
         c = self.config
         return (c.num_layers, 2, num_tokens, c.num_kv_heads, c.head_dim)
@@ -233,8 +233,8 @@ class LlamaModel:
         x1 = x[..., half:]
         return np.concatenate([x0 * cos - x1 * sin, x1 * cos + x0 * sin], axis=-1)
 
-    def prefill(self, tokens: Sequence[int], past_kv: Optional[np.ndarray] = None,
-                logits: str = "all") -> Tuple[np.ndarray, np.ndarray]:
+    def prefill(self, tokens: Sequence[int], past_kv: np.ndarray | None = None,
+                logits: str = "all") -> tuple[np.ndarray, np.ndarray]:
         """Runs the decoder over ``tokens`` placed after ``past_kv``'s positions.
 
         Args:
@@ -321,16 +321,16 @@ class LlamaModel:
 
     # -- helpers built on prefill -----------------------------------------------------------------
     def generate_greedy(self, tokens: Sequence[int], max_new_tokens: int,
-                        past_kv: Optional[np.ndarray] = None,
-                        stop_ids: Optional[Sequence[int]] = None,
-                        on_token: Optional[Callable[[int], None]] = None) -> List[int]:
+                        past_kv: np.ndarray | None = None,
+                        stop_ids: Sequence[int] | None = None,
+                        on_token: Callable[[int], None] | None = None) -> list[int]:
         """Greedy (argmax) decoding: prefill ``tokens`` then one token per step with the KV cache.
 
         Returns the generated ids (without the prompt); stops after ``max_new_tokens`` or on a
         token in ``stop_ids`` (default: the tokenizer's EOS), which is not included.
         """
         stop = set(stop_ids) if stop_ids is not None else {self.tokenizer.eos_id}
-        out: List[int] = []
+        out: list[int] = []
         lg, kv = self.prefill(tokens, past_kv=past_kv, logits="last")
         for _ in range(max_new_tokens):
             nxt = int(np.argmax(lg[-1]))
@@ -342,7 +342,7 @@ class LlamaModel:
             lg, kv = self.prefill([nxt], past_kv=kv, logits="last")
         return out
 
-    def nll(self, tokens: Sequence[int], past_kv: Optional[np.ndarray] = None) -> np.ndarray:
+    def nll(self, tokens: Sequence[int], past_kv: np.ndarray | None = None) -> np.ndarray:
         """NLL (nats) of each of ``tokens[1:]`` given what precedes it; float64 ``[T-1]``."""
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
         lg, _ = self.prefill(toks[:-1], past_kv=past_kv)

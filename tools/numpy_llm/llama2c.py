@@ -22,7 +22,7 @@ import hashlib
 import os
 import re
 import struct
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -39,8 +39,8 @@ class Llama2cTokenizer(Tokenizer):
             data = f.read()
         (self.max_token_length,) = struct.unpack_from("<i", data, 0)
         off = 4
-        self.pieces: List[bytes] = []
-        self.scores: List[float] = []
+        self.pieces: list[bytes] = []
+        self.scores: list[float] = []
         for _ in range(vocab_size):
             score, n = struct.unpack_from("<fi", data, off)
             off += 8
@@ -49,19 +49,19 @@ class Llama2cTokenizer(Tokenizer):
             self.scores.append(score)
         if off != len(data):
             raise ValueError(f"{path}: {len(data) - off} trailing bytes after {vocab_size} tokens")
-        self._lookup: Dict[bytes, int] = {}
+        self._lookup: dict[bytes, int] = {}
         for i, p in enumerate(self.pieces):
             self._lookup.setdefault(p, i)
         self.vocab_size = vocab_size
         self.bos_id = 1
         self.eos_id = 2
 
-    def encode(self, text: str, add_bos: bool = False) -> List[int]:
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
         """Token ids of ``text`` (llama2.c ``encode`` with bos=add_bos, eos=0)."""
-        ids: List[int] = [self.bos_id] if add_bos else []
+        ids: list[int] = [self.bos_id] if add_bos else []
         if not text:
             return ids
-        toks: List[int] = [self._lookup[b" "]]
+        toks: list[int] = [self._lookup[b" "]]
         for ch in text:
             b = ch.encode("utf-8")
             tid = self._lookup.get(b)

@@ -90,8 +90,9 @@ def generate(out_root, proto_dir=None, force=False, allow_other_generator=False)
         raise RuntimeError(
             "grpcio-tools %s is installed, the stubs are generated with %s (pyproject.toml): "
             "pass --venv DIR, or install grpcio-tools==%s" % (have, want, want))
-    from grpc_tools import protoc
     import importlib.resources as resources
+
+    from grpc_tools import protoc
     well_known = str(resources.files("grpc_tools") / "_proto")
     out_dir.mkdir(parents=True, exist_ok=True)
     args = ["grpc_tools.protoc", "-I%s" % proto_dir, "-I%s" % well_known,

@@ -15,7 +15,8 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,12 +32,12 @@ class AsyncCalls:
 
     timeout: float
     max_concurrent_calls: int
-    _async_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-    _async_lock: Optional[threading.Lock] = None
+    _async_pool: concurrent.futures.ThreadPoolExecutor | None = None
+    _async_lock: threading.Lock | None = None
     _async_closed: bool = False
 
-    def _submit(self, method: Callable[..., Any], timeout: Optional[float], *args: Any,
-                **kwargs: Any) -> "concurrent.futures.Future[Any]":
+    def _submit(self, method: Callable[..., Any], timeout: float | None, *args: Any,
+                **kwargs: Any) -> concurrent.futures.Future[Any]:
         budget = self.timeout if timeout is None else float(timeout)
         if budget <= 0:
             raise ValueError("timeout must be positive")
@@ -73,39 +74,39 @@ class AsyncCalls:
 
     # -- the async variants (same arguments as the blocking methods) --------------------------
     def lookup_async(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
-                     timeout: Optional[float] = None
-                     ) -> "concurrent.futures.Future[LookupResult]":
+                     timeout: float | None = None
+                     ) -> concurrent.futures.Future[LookupResult]:
         """:meth:`lookup` on the client's pool: a Future of a LookupResult."""
         return self._submit(getattr(self, "lookup"), timeout, namespace_id, hashes,
                             lease_seconds)
 
     def get_blocks_async(self, namespace_id: int, hashes: Sequence[bytes],
-                         dtype: Optional[str] = None, layers: Any = None,
-                         timeout: Optional[float] = None,
+                         dtype: str | None = None, layers: Any = None,
+                         timeout: float | None = None,
                          out: Any = None
-                         ) -> "concurrent.futures.Future[List[Optional[np.ndarray]]]":
+                         ) -> concurrent.futures.Future[list[np.ndarray | None]]:
         """:meth:`get_blocks` on the client's pool: a Future of the list of arrays (views into
         ``out`` when given; do not touch ``out`` until the future is done)."""
         return self._submit(getattr(self, "get_blocks"), timeout, namespace_id, hashes,
                             dtype=dtype, layers=layers, out=out)
 
     def get_packed_blocks_async(self, namespace_id: int, hashes: Sequence[bytes],
-                                timeout: Optional[float] = None,
-                                out: Any = None) -> "concurrent.futures.Future[List[Any]]":
+                                timeout: float | None = None,
+                                out: Any = None) -> concurrent.futures.Future[list[Any]]:
         """:meth:`get_packed_blocks` on the client's pool."""
         return self._submit(getattr(self, "get_packed_blocks"), timeout, namespace_id, hashes,
                             out=out)
 
     def put_blocks_async(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
-                         timeout: Optional[float] = None
-                         ) -> "concurrent.futures.Future[List[BlockResult]]":
+                         timeout: float | None = None
+                         ) -> concurrent.futures.Future[list[BlockResult]]:
         """:meth:`put_blocks` on the client's pool: a Future of the list of BlockResult.
         ``blocks`` is read while the call runs: do not modify it until the future is done."""
         return self._submit(getattr(self, "put_blocks"), timeout, namespace_id, hashes, blocks)
 
     def put_packed_blocks_async(self, namespace_id: int, hashes: Sequence[bytes],
-                                blocks: Sequence[Any], timeout: Optional[float] = None
-                                ) -> "concurrent.futures.Future[List[BlockResult]]":
+                                blocks: Sequence[Any], timeout: float | None = None
+                                ) -> concurrent.futures.Future[list[BlockResult]]:
         """:meth:`put_packed_blocks` on the client's pool."""
         return self._submit(getattr(self, "put_packed_blocks"), timeout, namespace_id, hashes,
                             blocks)

@@ -15,7 +15,8 @@ Thread safety: stateless functions.
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def byte_view(obj: Any, name: str = "buffer", writable: bool = False) -> np.ndar
     return a.reshape(-1).view(np.uint8)
 
 
-def _typed_ok(a: np.ndarray, want: "np.dtype[Any]") -> bool:
+def _typed_ok(a: np.ndarray, want: np.dtype[Any]) -> bool:
     """Whether an ``out`` array of dtype a.dtype may receive values of dtype ``want``:
     the same dtype, raw bytes (uint8/int8), or (for bf16, travelling as uint16) int16 or
     ml_dtypes' bfloat16."""
@@ -77,8 +78,8 @@ def _typed_ok(a: np.ndarray, want: "np.dtype[Any]") -> bool:
     return want == np.dtype("<u2") and (a.dtype == np.dtype("<i2") or a.dtype.name == "bfloat16")
 
 
-def block_slots(out: Any, n: int, block_nbytes: int, want: "np.dtype[Any]",
-                exact: bool = True) -> List[np.ndarray]:
+def block_slots(out: Any, n: int, block_nbytes: int, want: np.dtype[Any],
+                exact: bool = True) -> list[np.ndarray]:
     """Splits ``out`` into ``n`` writable uint8 slots of one block each.
 
     Args:
@@ -122,7 +123,7 @@ def block_slots(out: Any, n: int, block_nbytes: int, want: "np.dtype[Any]",
     return [flat[i * size:(i + 1) * size] for i in range(n)]
 
 
-def split_out(out: Any, n: int) -> List[Any]:
+def split_out(out: Any, n: int) -> list[Any]:
     """``out`` as n per-block buffers without checking sizes or dtypes (the client that
     fills them does): a sequence is taken as it is, one buffer is split into n equal
     C-contiguous views of its own dtype.

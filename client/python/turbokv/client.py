@@ -50,8 +50,8 @@ import numbers
 import random
 import threading
 import time
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
-                    TypeVar, Union)
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -81,11 +81,11 @@ _PB_TO_DTYPE = {v: k for k, v in _DTYPE_TO_PB.items()}
 _DTYPE_ALIASES = {"fp16": "fp16", "float16": "fp16", "f16": "fp16", "bf16": "bf16",
                   "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32", "f32": "fp32"}
 # numpy dtype used for each namespace dtype (bf16 travels as its uint16 bit patterns).
-_NUMPY: Dict[str, "np.dtype[Any]"] = {"fp16": np.dtype("<f2"), "bf16": np.dtype("<u2"),
+_NUMPY: dict[str, np.dtype[Any]] = {"fp16": np.dtype("<f2"), "bf16": np.dtype("<u2"),
                                       "fp32": np.dtype("<f4")}
 
 T = TypeVar("T")
-Layers = Union[Tuple[int, int], range, slice, None]
+Layers = tuple[int, int] | range | slice | None
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -106,7 +106,7 @@ def _uint(name: str, value: Any, bits: int = 32, low: int = 0) -> int:
     return v
 
 
-def _block_hashes(hashes: Sequence[Any]) -> List[bytes]:
+def _block_hashes(hashes: Sequence[Any]) -> list[bytes]:
     """Block hashes as bytes; a str (a hex digest, say) is a TypeError naming its index."""
     if isinstance(hashes, (str, bytes, bytearray)):
         raise TypeError("hashes must be a sequence of bytes block hashes, got one %s"
@@ -148,13 +148,13 @@ class NamespaceInfo:
     head_dim: int
     block_tokens: int
     dtype: str
-    descriptor: Dict[str, Any]
+    descriptor: dict[str, Any]
 
     @property
     def compression_ratio(self) -> float:
         return self.raw_block_bytes / self.packed_block_bytes if self.packed_block_bytes else 0.0
 
-    def prefix_hasher(self, extra_key: bytes = b"") -> "PrefixHasher":
+    def prefix_hasher(self, extra_key: bytes = b"") -> PrefixHasher:
         """A PrefixHasher of this namespace bound to its block_tokens (refuses other block
         sizes, whose hashes would never match)."""
         return PrefixHasher(self.namespace_id, extra_key, block_tokens=self.block_tokens)
@@ -190,7 +190,7 @@ class NamespaceStats:
     registered it; "" on a server without authentication; a caller sees only its own tenant's
     namespaces, an admin every tenant's)."""
     namespace_id: int
-    descriptor: Dict[str, Any]
+    descriptor: dict[str, Any]
     blocks: int
     stored_bytes: int
     logical_bytes: int
@@ -219,10 +219,10 @@ class ServerStats:
     codec_backend: str
     durability: str
     version: str
-    namespaces: List[NamespaceStats]
-    nodes: Optional[Dict[str, Optional["ServerStats"]]] = None
+    namespaces: list[NamespaceStats]
+    nodes: dict[str, ServerStats | None] | None = None
 
-    def namespace(self, namespace_id: int) -> Optional[NamespaceStats]:
+    def namespace(self, namespace_id: int) -> NamespaceStats | None:
         """The stats of one namespace; None when the server does not know it."""
         return next((n for n in self.namespaces if n.namespace_id == namespace_id), None)
 
@@ -236,10 +236,10 @@ class _Shape:
     dtype: str
 
 
-def _descriptor_dict(d: Any) -> Dict[str, Any]:
+def _descriptor_dict(d: Any) -> dict[str, Any]:
     c = d.codec
 
-    def section(s: Any) -> Dict[str, Any]:
+    def section(s: Any) -> dict[str, Any]:
         return {"bits": s.bits, "group_size": s.group_size, "qjl": s.qjl}
 
     codec = {
@@ -277,7 +277,7 @@ def _section(value: Any, name: str) -> Any:
                            qjl=bool(value.get("qjl", False)))
 
 
-def _block_view(a: np.ndarray, i: int, want: Tuple[int, ...], npdt: "np.dtype[Any]",
+def _block_view(a: np.ndarray, i: int, want: tuple[int, ...], npdt: np.dtype[Any],
                 dtype_name: str) -> memoryview:
     """Validates block i of a put and returns its bytes (a view; a copy only when the caller's
     array is not C-contiguous)."""
@@ -308,8 +308,8 @@ class Client(AsyncCalls):
 
     def __init__(self, target: str, timeout: float = 30.0, max_attempts: int = 4,
                  max_chunk_bytes: int = MAX_CHUNK_BYTES,
-                 options: Optional[Sequence[Tuple[str, Any]]] = None,
-                 max_concurrent_calls: int = 8, security: Optional[Security] = None):
+                 options: Sequence[tuple[str, Any]] | None = None,
+                 max_concurrent_calls: int = 8, security: Security | None = None):
         if not target:
             raise ValueError("empty server target")
         if not 1 <= int(max_attempts) <= 10:
@@ -325,13 +325,13 @@ class Client(AsyncCalls):
         self.max_attempts = int(max_attempts)
         self.max_chunk_bytes = int(max_chunk_bytes)
         self.max_concurrent_calls = int(max_concurrent_calls)
-        opts: List[Tuple[str, Any]] = [("grpc.max_receive_message_length", 16 << 20),
+        opts: list[tuple[str, Any]] = [("grpc.max_receive_message_length", 16 << 20),
                                        ("grpc.enable_retries", 0)]
         opts.extend(options or [])
         self.security = security or Security()
         self._channel = self.security.channel(target, opts)
         self._stub = pb_grpc.TurboKVStub(self._channel)
-        self._shapes: Dict[int, _Shape] = {}
+        self._shapes: dict[int, _Shape] = {}
         self._lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -340,14 +340,14 @@ class Client(AsyncCalls):
         self._close_async()
         self._channel.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     # -- retry loop --------------------------------------------------------------------------
-    def _deadline(self, timeout: Optional[float]) -> float:
+    def _deadline(self, timeout: float | None) -> float:
         budget = self.timeout if timeout is None else float(timeout)
         if budget <= 0:
             raise TurboKVError(StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
@@ -380,8 +380,8 @@ class Client(AsyncCalls):
     def register_namespace(self, model: str, num_layers: int, num_kv_heads: int, head_dim: int,
                            block_tokens: int, dtype: str = "fp16", preset: str = "",
                            model_revision: str = "", *, tp_rank: int = 0, tp_size: int = 0,
-                           cache_salt: str = "", ttl_seconds: Optional[int] = None,
-                           timeout: Optional[float] = None,
+                           cache_salt: str = "", ttl_seconds: int | None = None,
+                           timeout: float | None = None,
                            **codec_overrides: Any) -> NamespaceInfo:
         """Registers (or finds) a namespace; idempotent (same descriptor -> same id).
 
@@ -457,7 +457,7 @@ class Client(AsyncCalls):
                                "namespace %016x is not registered on the server" % ns_id)
         return s
 
-    def drop_namespace(self, namespace_id: int, timeout: Optional[float] = None) -> int:
+    def drop_namespace(self, namespace_id: int, timeout: float | None = None) -> int:
         """Drops a namespace and its blocks; returns the number of blocks deleted.
         Raises TurboKVError NOT_FOUND for an unknown namespace."""
         req = pb.DropNamespaceRequest(namespace_id=_uint("namespace_id", namespace_id, 64))
@@ -469,7 +469,7 @@ class Client(AsyncCalls):
 
     # -- put ---------------------------------------------------------------------------------
     def put_blocks(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
-                   timeout: Optional[float] = None) -> List[BlockResult]:
+                   timeout: float | None = None) -> list[BlockResult]:
         """Stores raw blocks: ``blocks[i]`` under ``hashes[i]``.
 
         Args:
@@ -500,7 +500,7 @@ class Client(AsyncCalls):
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
                           blocks: Sequence[Any],
-                          timeout: Optional[float] = None) -> List[BlockResult]:
+                          timeout: float | None = None) -> list[BlockResult]:
         """Stores packed blocks (kernels/FORMAT.md) as they are: ``bytes`` or any
         C-contiguous buffer (uint8 arrays, CPU tensors). The server validates the header,
         namespace, codec and checksum (per-block INVALID_ARGUMENT otherwise).
@@ -514,7 +514,7 @@ class Client(AsyncCalls):
                          self._deadline(timeout))
 
     def _put(self, ns_id: int, hashes: Sequence[bytes], payloads: Sequence[Any], encoding: Any,
-             deadline: float) -> List[BlockResult]:
+             deadline: float) -> list[BlockResult]:
         # ns_id and hashes come checked (_uint, _block_hashes) from put_blocks / put_packed_blocks.
         if len(hashes) != len(payloads):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(payloads)))
@@ -550,7 +550,7 @@ class Client(AsyncCalls):
 
     # -- lookup / get ------------------------------------------------------------------------
     def lookup(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
-               timeout: Optional[float] = None) -> LookupResult:
+               timeout: float | None = None) -> LookupResult:
         """How many leading hashes of the prefix chain are stored (index only).
 
         ``lease_seconds`` > 0 pins the matched blocks against eviction until a get of them
@@ -561,9 +561,9 @@ class Client(AsyncCalls):
         resp = self._call(lambda t: self._stub.Lookup(req, timeout=t), self._deadline(timeout))
         return LookupResult(resp.matched_blocks, resp.matched_tokens)
 
-    def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: Optional[str] = None,
-                   layers: Layers = None, timeout: Optional[float] = None,
-                   out: Any = None) -> List[Optional[np.ndarray]]:
+    def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: str | None = None,
+                   layers: Layers = None, timeout: float | None = None,
+                   out: Any = None) -> list[np.ndarray | None]:
         """Fetches blocks decoded to ``dtype``.
 
         Args:
@@ -609,7 +609,7 @@ class Client(AsyncCalls):
         return [None if b is None else b.view(npdt).reshape(want) for b in raw]
 
     def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          timeout: Optional[float] = None, out: Any = None) -> List[Any]:
+                          timeout: float | None = None, out: Any = None) -> list[Any]:
         """Fetches packed blocks as stored.
 
         Args:
@@ -634,12 +634,12 @@ class Client(AsyncCalls):
             return list(raw)
         return [None if b is None else b.tobytes() for b in raw]
 
-    def _get(self, req: Any, n: int, deadline: float, slots: Optional[List[np.ndarray]],
-             expected_bytes: Optional[int]) -> Tuple[List[Optional[np.ndarray]], int]:
+    def _get(self, req: Any, n: int, deadline: float, slots: list[np.ndarray] | None,
+             expected_bytes: int | None) -> tuple[list[np.ndarray | None], int]:
         if n == 0:
             return [], pb.DTYPE_UNSPECIFIED
 
-        def attempt(t: float) -> Tuple[List[Optional[np.ndarray]], int]:
+        def attempt(t: float) -> tuple[list[np.ndarray | None], int]:
             return _assemble(self._stub.GetBlocks(req, timeout=t), n, req.encoding, slots,
                              expected_bytes)
 
@@ -647,7 +647,7 @@ class Client(AsyncCalls):
 
     # -- delete / stats ----------------------------------------------------------------------
     def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                      timeout: Optional[float] = None) -> int:
+                      timeout: float | None = None) -> int:
         """Deletes blocks; returns how many existed. NOT_FOUND for an unknown namespace."""
         req = pb.DeleteBlocksRequest(namespace_id=_uint("namespace_id", namespace_id, 64),
                                      block_hashes=_block_hashes(hashes))
@@ -655,7 +655,7 @@ class Client(AsyncCalls):
                           self._deadline(timeout))
         return int(resp.deleted_blocks)
 
-    def stats(self, timeout: Optional[float] = None) -> ServerStats:
+    def stats(self, timeout: float | None = None) -> ServerStats:
         """Server statistics (:class:`ServerStats`). The server sends its namespaces in pages
         (``--max-stats-namespaces``); this follows every page, within one ``timeout``, and
         takes the server-wide counters from the first page."""
@@ -666,7 +666,7 @@ class Client(AsyncCalls):
 
         req = pb.StatsRequest()
         r = first = page(req)
-        namespaces: List[NamespaceStats] = []
+        namespaces: list[NamespaceStats] = []
         while True:
             namespaces.extend(NamespaceStats(
                 namespace_id=ns.namespace_id,
@@ -687,7 +687,7 @@ class Client(AsyncCalls):
             durability=r.durability, version=r.version, namespaces=namespaces)
 
 
-def _layer_range(layers: Layers, num_layers: int) -> Tuple[int, int]:
+def _layer_range(layers: Layers, num_layers: int) -> tuple[int, int]:
     if layers is None:
         return 0, num_layers
     if isinstance(layers, (range, slice)):
@@ -704,8 +704,8 @@ def _layer_range(layers: Layers, num_layers: int) -> Tuple[int, int]:
 
 
 def _assemble(responses: Iterable[Any], n: int, encoding: int,
-              slots: Optional[List[np.ndarray]] = None,
-              expected_bytes: Optional[int] = None) -> Tuple[List[Optional[np.ndarray]], int]:
+              slots: list[np.ndarray] | None = None,
+              expected_bytes: int | None = None) -> tuple[list[np.ndarray | None], int]:
     """Reassembles a GetBlocks response stream into n blocks (None = missing).
 
     Each block is written, chunk by chunk, into ``slots[i]`` (caller-owned uint8 views) or a
@@ -715,7 +715,7 @@ def _assemble(responses: Iterable[Any], n: int, encoding: int,
     Raises TurboKVError DATA_LOSS on out-of-range indices, out-of-order or overlapping
     chunks, size changes, sizes other than expected, blocks never reported, or incomplete
     blocks; ValueError when a block does not fit its caller-owned slot."""
-    bufs: List[Optional[np.ndarray]] = [None] * n
+    bufs: list[np.ndarray | None] = [None] * n
     sizes = [-1] * n
     filled = [0] * n
     missing = [False] * n
@@ -771,7 +771,7 @@ def _assemble(responses: Iterable[Any], n: int, encoding: int,
         if k:
             buf[filled[i]:filled[i] + k] = np.frombuffer(data, dtype=np.uint8)
             filled[i] += k
-    out: List[Optional[np.ndarray]] = []
+    out: list[np.ndarray | None] = []
     for i in range(n):
         if missing[i]:
             out.append(None)

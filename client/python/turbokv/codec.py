@@ -24,7 +24,7 @@ import ctypes
 import dataclasses
 import glob
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +33,7 @@ API_VERSION = 1
 _REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
 DTYPES = {"fp16": 1, "bf16": 2, "fp32": 3}
-_NUMPY: Dict[int, "np.dtype[Any]"] = {1: np.dtype("<f2"), 2: np.dtype("<u2"), 3: np.dtype("<f4")}
+_NUMPY: dict[int, np.dtype[Any]] = {1: np.dtype("<f2"), 2: np.dtype("<u2"), 3: np.dtype("<f4")}
 DEFAULT_ROTATION_SEED = 0x7475726B6F6B7631
 DEFAULT_QJL_SEED = 0x716A6C7475726B31
 
@@ -49,11 +49,11 @@ class CodecError(RuntimeError):
     status code of each block in order (0 for a block that decoded); empty otherwise.
     """
 
-    def __init__(self, code: int, message: str, block_codes: Optional[List[int]] = None):
+    def __init__(self, code: int, message: str, block_codes: list[int] | None = None):
         super().__init__("codec error %d: %s" % (code, message))
         self.code = code
         self.message = message
-        self.block_codes: List[int] = list(block_codes or [])
+        self.block_codes: list[int] = list(block_codes or [])
 
 
 class _Shape(ctypes.Structure):
@@ -111,7 +111,7 @@ class CodecParams:
                     rotation_seed=self.rotation_seed, qjl_seed=self.qjl_seed)
 
 
-def find_library() -> Optional[str]:
+def find_library() -> str | None:
     """``$TURBOKV_CODEC_LIB``, else the wheel's ``turbokv/_lib/``, else
     ``$TURBOKV_BUILD_DIR/{lib,bin}/``, else the newest
     ``<repo>/build*/{lib,bin}/libturbokv_codec_c.so``."""
@@ -135,7 +135,7 @@ def find_library() -> Optional[str]:
 _LIB = None
 
 
-def load_library(path: Optional[str] = None) -> ctypes.CDLL:
+def load_library(path: str | None = None) -> ctypes.CDLL:
     """Loads (once) and returns the C ABI library. Raises CodecUnavailable."""
     global _LIB
     if _LIB is not None and path is None:
@@ -201,21 +201,21 @@ class LocalCodec:
         self._lib = load_library()
         self.params = params
         self.dtype = dtype
-        self.shape: Tuple[int, int, int, int, int] = (num_layers, 2, block_tokens,
+        self.shape: tuple[int, int, int, int, int] = (num_layers, 2, block_tokens,
                                                       num_kv_heads, head_dim)
         self._dcode = DTYPES[dtype]
         s = _Shape(num_layers, block_tokens, num_kv_heads, head_dim, self._dcode)
         h = ctypes.c_void_p()
         _check(self._lib, self._lib.tkv_codec_create(ctypes.byref(s), ctypes.byref(params._c()),
                                                      namespace_id, ctypes.byref(h)))
-        self._h: Optional[ctypes.c_void_p] = h
+        self._h: ctypes.c_void_p | None = h
         self.raw_bytes = int(self._lib.tkv_codec_raw_bytes(h))
         self.packed_bytes = int(self._lib.tkv_codec_packed_bytes(h))
         self.bits_per_value = float(self._lib.tkv_codec_bits_per_value(h))
 
     @classmethod
     def from_preset(cls, preset: str, num_layers: int, block_tokens: int, num_kv_heads: int,
-                    head_dim: int, dtype: str = "fp16", namespace_id: int = 0) -> "LocalCodec":
+                    head_dim: int, dtype: str = "fp16", namespace_id: int = 0) -> LocalCodec:
         return cls(num_layers, block_tokens, num_kv_heads, head_dim,
                    preset_params(preset, head_dim), dtype, namespace_id)
 
@@ -240,7 +240,7 @@ class LocalCodec:
                                                      self.packed_bytes))
         return out.raw
 
-    def decode(self, packed: Any, out_dtype: str = "fp32", layers: Tuple[int, int] = (0, -1),
+    def decode(self, packed: Any, out_dtype: str = "fp32", layers: tuple[int, int] = (0, -1),
                verify_checksum: bool = False, out: Any = None) -> np.ndarray:
         """Decodes layers [layers[0], layers[1]) (-1 = to the last) to ``out_dtype``.
 

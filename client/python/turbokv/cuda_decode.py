@@ -26,7 +26,7 @@ whose slot in ``out`` is zeros; the exception's ``block_codes`` lists every bloc
 from __future__ import annotations
 
 import ctypes
-from typing import Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from .codec import DTYPES, CodecError, LocalCodec, load_library
 
@@ -49,7 +49,7 @@ def _lib():
     return lib
 
 
-def cuda_available(device: int = 0) -> Tuple[bool, str]:
+def cuda_available(device: int = 0) -> tuple[bool, str]:
     """(True, "") when CUDA device ``device`` can decode; else (False, why)."""
     lib = _lib()
     rc = lib.tkv_cuda_available(device)
@@ -57,9 +57,9 @@ def cuda_available(device: int = 0) -> Tuple[bool, str]:
 
 
 def decode_to_device(codec: LocalCodec, packed: Sequence[bytes], out,
-                     layers: Tuple[int, int] = (0, -1), *, out_dtype: Optional[str] = None,
-                     out_bytes: Optional[int] = None, device: Optional[int] = None,
-                     stream: Optional[int] = None, verify_checksum: bool = False) -> None:
+                     layers: tuple[int, int] = (0, -1), *, out_dtype: str | None = None,
+                     out_bytes: int | None = None, device: int | None = None,
+                     stream: int | None = None, verify_checksum: bool = False) -> None:
     """Decodes layers ``[layers[0], layers[1])`` of each packed block into ``out`` on the GPU.
 
     out: a CUDA torch.Tensor (dtype, device and stream taken from it) or an int device pointer

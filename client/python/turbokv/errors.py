@@ -45,7 +45,7 @@ class StatusCode(enum.IntEnum):
     UNAUTHENTICATED = 16
 
     @classmethod
-    def from_int(cls, value: int) -> "StatusCode":
+    def from_int(cls, value: int) -> StatusCode:
         """The code with this number; UNKNOWN for a number outside the enum."""
         try:
             return cls(int(value))

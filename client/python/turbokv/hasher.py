@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import List, Optional, Sequence, Union
+from collections.abc import Sequence
 
 import numpy as np
 
 HASH_BYTES = 32
 
-TokenLike = Union[Sequence[int], np.ndarray]
+TokenLike = Sequence[int] | np.ndarray
 
 
 class PrefixHasher:
@@ -42,7 +42,7 @@ class PrefixHasher:
     """
 
     def __init__(self, namespace_id: int, extra_key: bytes = b"", *,
-                 block_tokens: Optional[int] = None):
+                 block_tokens: int | None = None):
         if not 0 <= int(namespace_id) < 2 ** 64:
             raise ValueError("namespace_id %r is not a u64" % (namespace_id,))
         if block_tokens is not None and int(block_tokens) < 1:
@@ -60,7 +60,7 @@ class PrefixHasher:
         return self._extra_key
 
     @property
-    def block_tokens(self) -> Optional[int]:
+    def block_tokens(self) -> int | None:
         """The bound block size (None: unbound)."""
         return self._block_tokens
 
@@ -72,7 +72,7 @@ class PrefixHasher:
         """h_i from h_{i-1} (``prev``, 32 bytes) and one block's tokens."""
         return hashlib.sha256(bytes(prev) + _tokens_le(block) + self._extra_key).digest()
 
-    def block_hashes(self, tokens: TokenLike, block_tokens: Optional[int] = None) -> List[bytes]:
+    def block_hashes(self, tokens: TokenLike, block_tokens: int | None = None) -> list[bytes]:
         """The prefix chain of ``tokens``: ``len(tokens) // block_tokens`` 32-byte hashes.
 
         Args:

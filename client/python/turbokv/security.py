@@ -15,8 +15,9 @@ call credentials, over plaintext (meant for loopback tests only) by an intercept
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import grpc
 
@@ -43,12 +44,12 @@ class Security:
     """
 
     tls: bool = False
-    ca_file: Optional[str] = None
-    cert_file: Optional[str] = None
-    key_file: Optional[str] = None
-    server_name: Optional[str] = None
-    token: Optional[str] = field(default=None, repr=False)  # never in a log line
-    token_file: Optional[str] = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None
+    token: str | None = field(default=None, repr=False)  # never in a log line
+    token_file: str | None = None
 
     def __post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
@@ -61,13 +62,13 @@ class Security:
         return self.tls or self.ca_file is not None or self.cert_file is not None
 
     @classmethod
-    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Security":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Security:
         """From ``TURBOKV_TLS_CA``, ``TURBOKV_TLS_CERT``, ``TURBOKV_TLS_KEY``,
         ``TURBOKV_TLS_SERVER_NAME``, ``TURBOKV_TLS`` (1: TLS with the system roots),
         ``TURBOKV_TOKEN`` and ``TURBOKV_TOKEN_FILE``; unset or empty variables are unset."""
         env = os.environ if environ is None else environ
 
-        def get(name: str) -> Optional[str]:
+        def get(name: str) -> str | None:
             v = env.get(name)
             return v if v else None
 
@@ -77,13 +78,13 @@ class Security:
                    token=get("TURBOKV_TOKEN"), token_file=get("TURBOKV_TOKEN_FILE"))
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "Security":
+    def from_config(cls, config: Mapping[str, Any]) -> Security:
         """From the keys ``tls`` (bool), ``tls_ca``, ``tls_cert``, ``tls_key``,
         ``tls_server_name``, ``token`` and ``token_file`` of an integration's config; missing
         keys fall back to :meth:`from_env`."""
         env = cls.from_env()
 
-        def get(key: str, default: Optional[str]) -> Optional[str]:
+        def get(key: str, default: str | None) -> str | None:
             v = config.get(key)
             return str(v) if v else default
 
@@ -95,7 +96,7 @@ class Security:
                    token_file=get("token_file", env.token_file if "token" not in config
                                   else None))
 
-    def bearer_token(self) -> Optional[str]:
+    def bearer_token(self) -> str | None:
         if self.token is not None:
             return self.token
         if self.token_file is not None:
@@ -105,9 +106,9 @@ class Security:
             return token
         return None
 
-    def channel(self, target: str, options: Sequence[Tuple[str, Any]]) -> grpc.Channel:
+    def channel(self, target: str, options: Sequence[tuple[str, Any]]) -> grpc.Channel:
         """A gRPC channel to ``target`` with these settings."""
-        opts: List[Tuple[str, Any]] = list(options)
+        opts: list[tuple[str, Any]] = list(options)
         token = self.bearer_token()
         if not self.uses_tls:
             channel = grpc.insecure_channel(target, options=opts)
@@ -126,7 +127,7 @@ class Security:
         return grpc.secure_channel(target, creds, options=opts)
 
 
-_Metadata = List[Tuple[str, Union[str, bytes]]]
+_Metadata = list[tuple[str, str | bytes]]
 
 
 class _CallDetails(grpc.ClientCallDetails):
@@ -144,7 +145,7 @@ class _BearerInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
     """Adds ``authorization: Bearer <token>`` to every call of a plaintext channel."""
 
     def __init__(self, token: str):
-        self._header: Tuple[str, Union[str, bytes]] = ("authorization", "Bearer " + token)
+        self._header: tuple[str, str | bytes] = ("authorization", "Bearer " + token)
 
     def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
         metadata: _Metadata = list(details.metadata or [])

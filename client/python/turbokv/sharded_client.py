@@ -37,15 +37,23 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import buffers, sharding
 from ._async import AsyncCalls
-from .client import _block_hashes
-from .client import (BlockResult, Client, Layers, LookupResult, NamespaceInfo, NamespaceStats,
-                     ServerStats)
+from .client import (
+    BlockResult,
+    Client,
+    Layers,
+    LookupResult,
+    NamespaceInfo,
+    NamespaceStats,
+    ServerStats,
+    _block_hashes,
+)
 from .errors import StatusCode, TurboKVError
 from .security import Security
 
@@ -59,7 +67,7 @@ _CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100),
 class _NodeDown(Exception):
     """A node could not answer (down, unreachable, or lacks the namespace)."""
 
-    def __init__(self, node: str, error: Optional[TurboKVError]):
+    def __init__(self, node: str, error: TurboKVError | None):
         super().__init__(node)
         self.node = node
         self.error = error
@@ -87,7 +95,7 @@ class ShardedClient(AsyncCalls):
     def __init__(self, endpoints, replicas: int = 1, timeout: float = 30.0,
                  max_attempts: int = 2, node_down_seconds: float = 5.0,
                  dns_refresh_seconds: float = 30.0, max_concurrent_calls: int = 8,
-                 security: Optional[Security] = None):
+                 security: Security | None = None):
         self.security = security
         self._endpoints = sharding.parse_endpoints(endpoints)
         if int(replicas) < 1:
@@ -102,11 +110,11 @@ class ShardedClient(AsyncCalls):
         self.max_concurrent_calls = int(max_concurrent_calls)
         self._has_dns = any(ep.dns for ep in self._endpoints)
         self._lock = threading.Lock()
-        self._clients: Dict[str, Client] = {}
-        self._down_until: Dict[str, float] = {}
-        self._namespaces: Dict[int, dict] = {}  # id -> register_namespace kwargs
-        self._block_tokens: Dict[int, int] = {}
-        self._nodes: List[str] = []
+        self._clients: dict[str, Client] = {}
+        self._down_until: dict[str, float] = {}
+        self._namespaces: dict[int, dict] = {}  # id -> register_namespace kwargs
+        self._block_tokens: dict[int, int] = {}
+        self._nodes: list[str] = []
         self._resolved_at = 0.0
         self._fan_pool = concurrent.futures.ThreadPoolExecutor(max_workers=16,
                                                            thread_name_prefix="turbokv-shard")
@@ -123,14 +131,14 @@ class ShardedClient(AsyncCalls):
                 c.close()
             self._clients.clear()
 
-    def __enter__(self) -> "ShardedClient":
+    def __enter__(self) -> ShardedClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     # -- nodes -------------------------------------------------------------------------------
-    def _set_nodes(self, nodes: List[str]) -> None:
+    def _set_nodes(self, nodes: list[str]) -> None:
         if not nodes:
             raise OSError("the endpoints resolved to no addresses")
         with self._lock:
@@ -157,7 +165,7 @@ class ShardedClient(AsyncCalls):
             self._has_dns = any(ep.dns for ep in eps)
         self._set_nodes(nodes)
 
-    def nodes(self) -> List[str]:
+    def nodes(self) -> list[str]:
         """The current node ids (DNS targets re-resolved when due)."""
         if self._has_dns and time.monotonic() - self._resolved_at >= self.dns_refresh_seconds:
             try:
@@ -168,12 +176,12 @@ class ShardedClient(AsyncCalls):
         with self._lock:
             return list(self._nodes)
 
-    def owners(self, block_hash: bytes, nodes: Optional[Sequence[str]] = None) -> List[str]:
+    def owners(self, block_hash: bytes, nodes: Sequence[str] | None = None) -> list[str]:
         """The nodes that hold ``block_hash``, preferred first."""
         return sharding.owners(self.nodes() if nodes is None else nodes, block_hash,
                                self.replicas)
 
-    def mark_up(self, node: Optional[str] = None) -> None:
+    def mark_up(self, node: str | None = None) -> None:
         """Forgets that ``node`` (default: every node) failed, so the next call tries it."""
         with self._lock:
             if node is None:
@@ -189,7 +197,7 @@ class ShardedClient(AsyncCalls):
         with self._lock:
             return self._clients[node]
 
-    def _on_node(self, node: str, ns_id: Optional[int], fn: Callable[..., Any]) -> Any:
+    def _on_node(self, node: str, ns_id: int | None, fn: Callable[..., Any]) -> Any:
         """fn(client of node); raises _NodeDown for a node that cannot answer."""
         if self._is_down(node):
             raise _NodeDown(node, None)
@@ -213,8 +221,8 @@ class ShardedClient(AsyncCalls):
                 except TurboKVError as e2:
                     raise _NodeDown(node, e2) from None
 
-    def _fan_out(self, ns_id: Optional[int],
-                 work: Mapping[str, Callable[..., Any]]) -> Dict[str, Any]:
+    def _fan_out(self, ns_id: int | None,
+                 work: Mapping[str, Callable[..., Any]]) -> dict[str, Any]:
         """Runs work[node] on every node concurrently: node -> result or _NodeDown."""
         futures = {n: self._fan_pool.submit(self._on_node, n, ns_id, fn) for n, fn in work.items()}
         out = {}
@@ -258,7 +266,7 @@ class ShardedClient(AsyncCalls):
             self._block_tokens[info.namespace_id] = int(block_tokens)
         return info
 
-    def drop_namespace(self, namespace_id: int, timeout: Optional[float] = None) -> int:
+    def drop_namespace(self, namespace_id: int, timeout: float | None = None) -> int:
         """Drops the namespace on every node; returns the blocks deleted (all copies)."""
         results = self._fan_out(None, {n: (lambda c: c.drop_namespace(namespace_id, timeout))
                                        for n in self.nodes()})
@@ -269,7 +277,7 @@ class ShardedClient(AsyncCalls):
 
     # -- put ---------------------------------------------------------------------------------
     def put_blocks(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
-                   timeout: Optional[float] = None) -> List[BlockResult]:
+                   timeout: float | None = None) -> list[BlockResult]:
         """Client.put_blocks over the cluster (see the module docstring for the results)."""
         if isinstance(blocks, (list, tuple)):
             items = list(blocks)
@@ -281,12 +289,12 @@ class ShardedClient(AsyncCalls):
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
                           blocks: Sequence[Any],
-                          timeout: Optional[float] = None) -> List[BlockResult]:
+                          timeout: float | None = None) -> list[BlockResult]:
         """Client.put_packed_blocks over the cluster."""
         return self._put(namespace_id, hashes, list(blocks),
                          lambda c, hs, bs: c.put_packed_blocks(namespace_id, hs, bs, timeout))
 
-    def _put(self, ns_id, hashes, blocks, put) -> List[BlockResult]:
+    def _put(self, ns_id, hashes, blocks, put) -> list[BlockResult]:
         hashes = _block_hashes(hashes)
         if len(hashes) != len(blocks):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(blocks)))
@@ -294,7 +302,7 @@ class ShardedClient(AsyncCalls):
             return []
         nodes = self.nodes()
         own = [self.owners(h, nodes) for h in hashes]
-        per_node: Dict[str, List[int]] = {}
+        per_node: dict[str, list[int]] = {}
         for i, o in enumerate(own):
             for n in o:
                 per_node.setdefault(n, []).append(i)
@@ -321,17 +329,17 @@ class ShardedClient(AsyncCalls):
 
     # -- lookup ------------------------------------------------------------------------------
     def lookup(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
-               timeout: Optional[float] = None) -> LookupResult:
+               timeout: float | None = None) -> LookupResult:
         """Leading match of the prefix chain across the cluster (module docstring)."""
         hashes = _block_hashes(hashes)
         n = len(hashes)
         nodes = self.nodes()
         own = [self.owners(h, nodes) for h in hashes]
-        positions: Dict[str, List[int]] = {}
+        positions: dict[str, list[int]] = {}
         for i, o in enumerate(own):
             for node in o:
                 positions.setdefault(node, []).append(i)
-        present: List[Dict[str, bool]] = [dict() for _ in range(n)]
+        present: list[dict[str, bool]] = [dict() for _ in range(n)]
         cursor = {node: 0 for node in positions}
         answered = [False]
         tokens_per_block = [self._block_tokens.get(namespace_id)]
@@ -387,9 +395,9 @@ class ShardedClient(AsyncCalls):
         return out
 
     # -- get ---------------------------------------------------------------------------------
-    def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: Optional[str] = None,
-                   layers: Layers = None, timeout: Optional[float] = None,
-                   out: Any = None) -> List[Optional[np.ndarray]]:
+    def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: str | None = None,
+                   layers: Layers = None, timeout: float | None = None,
+                   out: Any = None) -> list[np.ndarray | None]:
         """Client.get_blocks over the cluster: each block from the first owner that has it
         (``out`` as in Client.get_blocks; each owner writes into the block's slot)."""
         return self._get(namespace_id, hashes, out,
@@ -397,23 +405,23 @@ class ShardedClient(AsyncCalls):
                                                        layers=layers, timeout=timeout, out=o))
 
     def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          timeout: Optional[float] = None, out: Any = None) -> List[Any]:
+                          timeout: float | None = None, out: Any = None) -> list[Any]:
         """Client.get_packed_blocks over the cluster."""
         return self._get(namespace_id, hashes, out,
                          lambda c, hs, o: c.get_packed_blocks(namespace_id, hs, timeout, out=o))
 
     def _get(self, ns_id: int, hashes: Sequence[bytes], out: Any,
-             get: Callable[[Client, List[bytes], Optional[List[Any]]], List[Any]]) -> List[Any]:
+             get: Callable[[Client, list[bytes], list[Any] | None], list[Any]]) -> list[Any]:
         hashes = _block_hashes(hashes)
         slots = buffers.split_out(out, len(hashes)) if out is not None else None
         nodes = self.nodes()
         own = [self.owners(h, nodes) for h in hashes]
-        result: List[Any] = [None] * len(hashes)
+        result: list[Any] = [None] * len(hashes)
         pending = list(range(len(hashes)))
         any_answer = False
-        last_results: Dict[str, Any] = {}
+        last_results: dict[str, Any] = {}
         for r in range(max((len(o) for o in own), default=0)):
-            per_node: Dict[str, List[int]] = {}
+            per_node: dict[str, list[int]] = {}
             for i in pending:
                 if r < len(own[i]):
                     per_node.setdefault(own[i][r], []).append(i)
@@ -439,11 +447,11 @@ class ShardedClient(AsyncCalls):
 
     # -- delete / stats ----------------------------------------------------------------------
     def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                      timeout: Optional[float] = None) -> int:
+                      timeout: float | None = None) -> int:
         """Deletes the blocks from all their owners; returns the copies deleted."""
         hashes = _block_hashes(hashes)
         nodes = self.nodes()
-        per_node: Dict[str, List[bytes]] = {}
+        per_node: dict[str, list[bytes]] = {}
         for h in hashes:
             for n in self.owners(h, nodes):
                 per_node.setdefault(n, []).append(h)
@@ -453,12 +461,12 @@ class ShardedClient(AsyncCalls):
         self._raise_if_none_answered(results)
         return sum(r for r in results.values() if not isinstance(r, _NodeDown))
 
-    def node_stats(self, timeout: Optional[float] = None) -> Dict[str, Optional[ServerStats]]:
+    def node_stats(self, timeout: float | None = None) -> dict[str, ServerStats | None]:
         """Client.stats of every node; None for a node that did not answer."""
         results = self._fan_out(None, {n: (lambda c: c.stats(timeout)) for n in self.nodes()})
         return {n: (None if isinstance(r, _NodeDown) else r) for n, r in results.items()}
 
-    def stats(self, timeout: Optional[float] = None) -> ServerStats:
+    def stats(self, timeout: float | None = None) -> ServerStats:
         """Sums of the nodes' counters (capacity_bytes, used_bytes, blocks, logical_bytes,
         evicted_blocks, checksum_failures), ``namespaces`` merged by id (blocks and bytes
         summed over the copies), ``codec_backend`` / ``durability`` / ``version`` the
@@ -468,7 +476,7 @@ class ShardedClient(AsyncCalls):
         live = [s for s in per.values() if s is not None]
         if not live:
             raise TurboKVError(StatusCode.UNAVAILABLE, "no turbokv node answered")
-        merged: Dict[int, NamespaceStats] = {}
+        merged: dict[int, NamespaceStats] = {}
         for s in live:
             for ns in s.namespaces:
                 m = merged.get(ns.namespace_id)
@@ -476,7 +484,7 @@ class ShardedClient(AsyncCalls):
                     m, blocks=m.blocks + ns.blocks, stored_bytes=m.stored_bytes + ns.stored_bytes,
                     logical_bytes=m.logical_bytes + ns.logical_bytes)
 
-        def distinct(values: List[str]) -> str:
+        def distinct(values: list[str]) -> str:
             return ",".join(sorted(set(values)))
 
         return ServerStats(

@@ -26,7 +26,7 @@ import dataclasses
 import hashlib
 import ipaddress
 import socket
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 DNS_PREFIX = "dns:///"
 
@@ -37,13 +37,13 @@ def weight(node_id: str, block_hash: bytes) -> int:
     return int.from_bytes(d[:8], "big")
 
 
-def rank(node_ids: Sequence[str], block_hash: bytes) -> List[str]:
+def rank(node_ids: Sequence[str], block_hash: bytes) -> list[str]:
     """``node_ids`` ordered by preference for ``block_hash`` (highest weight first)."""
     h = bytes(block_hash)
     return sorted(node_ids, key=lambda n: (-weight(n, h), n.encode("utf-8")))
 
 
-def owners(node_ids: Sequence[str], block_hash: bytes, replicas: int) -> List[str]:
+def owners(node_ids: Sequence[str], block_hash: bytes, replicas: int) -> list[str]:
     """The first ``replicas`` nodes of the rank (all nodes when there are fewer)."""
     return rank(node_ids, block_hash)[:max(1, int(replicas))]
 
@@ -66,7 +66,7 @@ def format_host_port(host: str, port: int) -> str:
     return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
 
-def _split_host_port(text: str) -> Tuple[str, int]:
+def _split_host_port(text: str) -> tuple[str, int]:
     if text.startswith("["):
         end = text.find("]")
         if end < 0 or not text[end + 1:].startswith(":"):
@@ -83,13 +83,13 @@ def _split_host_port(text: str) -> Tuple[str, int]:
     return host, int(port)
 
 
-def parse_endpoints(spec) -> List[Endpoint]:
+def parse_endpoints(spec) -> list[Endpoint]:
     """Parses ``"h:p,h:p"``, ``"dns:///name:port"`` or a sequence of such items.
 
     Raises ValueError for an empty list, a missing or bad port, a ``dns://authority/`` form
     (not supported), or a duplicate item."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
-    out: List[Endpoint] = []
+    out: list[Endpoint] = []
     for raw in items:
         item = raw.strip()
         if not item:
@@ -110,12 +110,12 @@ def parse_endpoints(spec) -> List[Endpoint]:
     return out
 
 
-def resolve(endpoints: Sequence[Endpoint]) -> List[str]:
+def resolve(endpoints: Sequence[Endpoint]) -> list[str]:
     """Node ids of an endpoint list: static items as written, DNS items expanded to the
     ``ip:port`` of each A/AAAA record (sorted, duplicates removed).
 
     Raises OSError (socket.gaierror) when a name does not resolve."""
-    nodes: List[str] = []
+    nodes: list[str] = []
     for ep in endpoints:
         if not ep.dns:
             nodes.append(format_host_port(ep.host, ep.port))
@@ -124,7 +124,7 @@ def resolve(endpoints: Sequence[Endpoint]) -> List[str]:
         addrs = sorted({ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos},
                        key=lambda a: (a.version, a.packed))
         nodes.extend(format_host_port(str(a), ep.port) for a in addrs)
-    unique: List[str] = []
+    unique: list[str] = []
     for n in nodes:
         if n not in unique:
             unique.append(n)

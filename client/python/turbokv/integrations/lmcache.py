@@ -63,11 +63,13 @@ Needs LMCache (and so torch) in the environment; importing ``turbokv.integration
 from __future__ import annotations
 
 import asyncio
+import builtins
 import concurrent.futures
 import hashlib
 import logging
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,8 +77,11 @@ from lmcache.utils import CacheEngineKey
 from lmcache.v1.config import LMCacheEngineConfig
 from lmcache.v1.memory_management import MemoryFormat, MemoryObj
 from lmcache.v1.metadata import LMCacheMetadata
-from lmcache.v1.storage_backend.connector import (ConnectorAdapter, ConnectorContext,
-                                                   extract_plugin_type)
+from lmcache.v1.storage_backend.connector import (
+    ConnectorAdapter,
+    ConnectorContext,
+    extract_plugin_type,
+)
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from ..errors import TurboKVError
@@ -96,8 +101,8 @@ def block_hash(key: CacheEngineKey) -> bytes:
 
 
 class _Settings:
-    def __init__(self, config: Optional[LMCacheEngineConfig], plugin_name: str):
-        extra: Dict[str, Any] = dict((config.extra_config if config else None) or {})
+    def __init__(self, config: LMCacheEngineConfig | None, plugin_name: str):
+        extra: dict[str, Any] = dict((config.extra_config if config else None) or {})
         prefix = "remote_storage_plugin.%s." % plugin_name
 
         def get(name: str, default: Any) -> Any:
@@ -131,7 +136,7 @@ class TurboKVConnector(RemoteConnector):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, local_cpu_backend: Any,
                  config: LMCacheEngineConfig, metadata: LMCacheMetadata,
-                 plugin_name: str = PLUGIN_TYPE, client: Optional[ShardedClient] = None):
+                 plugin_name: str = PLUGIN_TYPE, client: ShardedClient | None = None):
         super().__init__(config, metadata)
         if metadata.use_mla or self.meta_fmt != MemoryFormat.KV_2LTD:
             raise ValueError("turbokv LMCache plugin: MLA chunks are not supported (turbokv "
@@ -161,7 +166,7 @@ class TurboKVConnector(RemoteConnector):
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4,
                                                            thread_name_prefix="turbokv-lmc")
         self._lock = threading.Lock()
-        self._namespaces: Dict[Tuple[str, int, int, str], int] = {}
+        self._namespaces: dict[tuple[str, int, int, str], int] = {}
         self._healthy = True
         self._counters = dict(puts=0, put_failures=0, hits=0, misses=0, failures=0)
         logger.info("turbokv LMCache connector: server %s, preset %r, chunk %d tokens, "
@@ -169,7 +174,7 @@ class TurboKVConnector(RemoteConnector):
                     chunk, num_layers, heads, head_dim)
 
     # -- bookkeeping -------------------------------------------------------------------------
-    def counters(self) -> Dict[str, int]:
+    def counters(self) -> dict[str, int]:
         """puts (chunks stored), put_failures, hits, misses, failures (calls that failed)."""
         with self._lock:
             return dict(self._counters)
@@ -195,7 +200,7 @@ class TurboKVConnector(RemoteConnector):
         if not was:
             logger.info("turbokv answers again (%s)", self.settings.server)
 
-    def _namespace(self, key: CacheEngineKey) -> Optional[int]:
+    def _namespace(self, key: CacheEngineKey) -> int | None:
         dtype = _DTYPES.get(key.dtype)
         if dtype is None:
             logger.warning("turbokv LMCache plugin: dtype %s is not stored (fp16, bf16, fp32)",
@@ -221,9 +226,9 @@ class TurboKVConnector(RemoteConnector):
             self._namespaces[ident] = info.namespace_id
         return info.namespace_id
 
-    def _groups(self, keys: Sequence[CacheEngineKey]) -> Dict[int, List[int]]:
+    def _groups(self, keys: Sequence[CacheEngineKey]) -> dict[int, builtins.list[int]]:
         """namespace id -> positions of keys in it (keys of unsupported dtypes are left out)."""
-        out: Dict[int, List[int]] = {}
+        out: dict[int, list[int]] = {}
         for i, k in enumerate(keys):
             ns = self._namespace(k)
             if ns is not None:
@@ -266,20 +271,20 @@ class TurboKVConnector(RemoteConnector):
     def support_batched_contains(self) -> bool:
         return True
 
-    def batched_contains(self, keys: List[CacheEngineKey]) -> int:
+    def batched_contains(self, keys: builtins.list[CacheEngineKey]) -> int:
         return self._prefix_present(keys, 0)
 
     def support_batched_async_contains(self) -> bool:
         return True
 
-    async def batched_async_contains(self, lookup_id: str, keys: List[CacheEngineKey],
+    async def batched_async_contains(self, lookup_id: str, keys: builtins.list[CacheEngineKey],
                                      pin: bool = False) -> int:
         lease = self.settings.lease_seconds if pin else 0
         return int(await self._run(self._prefix_present, keys, lease))
 
     # -- get ---------------------------------------------------------------------------------
-    def _get_sync(self, keys: Sequence[CacheEngineKey]) -> List[Optional[MemoryObj]]:
-        out: List[Optional[MemoryObj]] = [None] * len(keys)
+    def _get_sync(self, keys: Sequence[CacheEngineKey]) -> builtins.list[MemoryObj | None]:
+        out: list[MemoryObj | None] = [None] * len(keys)
         try:
             groups = self._groups(keys)
         except TurboKVError as e:
@@ -316,23 +321,23 @@ class TurboKVConnector(RemoteConnector):
         self._count(hits=hits, misses=len(keys) - hits)
         return out
 
-    async def get(self, key: CacheEngineKey) -> Optional[MemoryObj]:
+    async def get(self, key: CacheEngineKey) -> MemoryObj | None:
         return (await self._run(self._get_sync, [key]))[0]
 
     def support_batched_get(self) -> bool:
         return True
 
-    async def batched_get(self, keys: List[CacheEngineKey]) -> List[Optional[MemoryObj]]:
+    async def batched_get(self, keys: builtins.list[CacheEngineKey]) -> builtins.list[MemoryObj | None]:
         return list(await self._run(self._get_sync, keys))
 
     def support_batched_get_non_blocking(self) -> bool:
         return True
 
     async def batched_get_non_blocking(self, lookup_id: str,
-                                       keys: List[CacheEngineKey]) -> List[MemoryObj]:
+                                       keys: builtins.list[CacheEngineKey]) -> builtins.list[MemoryObj]:
         """The consecutive leading chunks that came back (the ones after a miss are
         released)."""
-        prefix: List[MemoryObj] = []
+        prefix: list[MemoryObj] = []
         broken = False
         for o in await self.batched_get(keys):
             if o is None:
@@ -383,8 +388,8 @@ class TurboKVConnector(RemoteConnector):
     def support_batched_put(self) -> bool:
         return True
 
-    async def batched_put(self, keys: List[CacheEngineKey],
-                          memory_objs: List[MemoryObj]) -> None:
+    async def batched_put(self, keys: builtins.list[CacheEngineKey],
+                          memory_objs: builtins.list[MemoryObj]) -> None:
         await self._run(self._put_sync, keys, memory_objs)
 
     # -- the rest of the interface -----------------------------------------------------------
@@ -410,7 +415,7 @@ class TurboKVConnector(RemoteConnector):
             self._failed("ping", e)
             return int(e.code)
 
-    async def list(self) -> List[str]:
+    async def list(self) -> builtins.list[str]:
         """turbokv indexes chunks by hash and keeps no key names: always empty."""
         return []
 

@@ -49,21 +49,33 @@ hybrids are refused by vLLM itself), quantized (fp8) KV caches, unmapped attenti
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
-
 from vllm.distributed.kv_events import KVCacheEvent, KVConnectorKVEvents
-from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
-                                                                KVConnectorMetadata,
-                                                                KVConnectorRole)
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (KVConnectorPromMetrics,
-                                                                   KVConnectorStats)
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+    KVConnectorPromMetrics,
+    KVConnectorStats,
+)
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
 
 from .vllm_scheduler import TurboKVConnectorMetadata, TurboKVConnectorScheduler
-from .vllm_store import (TORCH_DTYPES, ConnectorOptions, Counters, Health, Namespaces,
-                         NamespaceShape, logger, make_client)
+from .vllm_store import (
+    TORCH_DTYPES,
+    ConnectorOptions,
+    Counters,
+    Health,
+    Namespaces,
+    NamespaceShape,
+    logger,
+    make_client,
+)
 from .vllm_worker import StoredRun, TurboKVConnectorWorker
 
 if TYPE_CHECKING:
@@ -72,7 +84,8 @@ if TYPE_CHECKING:
     from vllm.v1.attention.backend import AttentionMetadata
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
-    from vllm.v1.kv_cache_interface import FullAttentionSpec as _Spec, KVCacheConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec as _Spec
+    from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
@@ -87,14 +100,14 @@ class TurboKVConnectorStats(KVConnectorStats):
     save (ok/error/dropped; ``save.stored_bytes`` = bytes the server stored after its codec)."""
 
     def reset(self) -> None:
-        self.data: Dict[str, Any] = {}
+        self.data: dict[str, Any] = {}
 
     def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
         for k, v in (other.data or {}).items():
             self.data[k] = self.data.get(k, 0) + v
         return self
 
-    def reduce(self) -> Dict[str, int | float]:
+    def reduce(self) -> dict[str, int | float]:
         return {"turbokv_" + k.replace(".", "_"): round(v, 6) if isinstance(v, float) else v
                 for k, v in sorted(self.data.items())}
 
@@ -107,8 +120,8 @@ class TurboKVPromMetrics(KVConnectorPromMetrics):
     ``vllm:turbokv_connector_bytes_total{op}`` (raw bytes moved; ``op="stored"`` is what the
     server kept after compression)."""
 
-    def __init__(self, vllm_config: "VllmConfig", metric_types: Dict[type, type],
-                 labelnames: List[str], per_engine_labelvalues: Dict[int, List[object]]):
+    def __init__(self, vllm_config: VllmConfig, metric_types: dict[type, type],
+                 labelnames: list[str], per_engine_labelvalues: dict[int, list[object]]):
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         self._blocks = self._counter_cls(
             name="vllm:turbokv_connector_blocks_total",
@@ -118,7 +131,7 @@ class TurboKVPromMetrics(KVConnectorPromMetrics):
             name="vllm:turbokv_connector_bytes_total",
             documentation="Raw KV bytes loaded from / saved to turbokv, and bytes it stored.",
             labelnames=labelnames + ["op"])
-        self._children: Dict[Tuple[Any, ...], Any] = {}
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, family: Any, engine_idx: int, *labels: str) -> Any:
         key = (id(family), engine_idx) + labels
@@ -127,7 +140,7 @@ class TurboKVPromMetrics(KVConnectorPromMetrics):
             self._children[key] = family.labels(*values)
         return self._children[key]
 
-    def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0) -> None:
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         for key, value in transfer_stats_data.items():
             op, _, result = key.partition(".")
             if result == "seconds" or not value:
@@ -146,19 +159,19 @@ class TurboKVEvents(KVConnectorKVEvents):
     turns their reports into ``BlockStored`` / ``BlockRemoved`` (vllm_scheduler.EventTally)."""
 
     def __init__(self, num_workers: int = 1):
-        self._items: List[Any] = []
+        self._items: list[Any] = []
         self._workers = num_workers
 
-    def add_events(self, events: List[Any]) -> None:
+    def add_events(self, events: list[Any]) -> None:
         self._items.extend(events)
 
-    def aggregate(self) -> "TurboKVEvents":
+    def aggregate(self) -> TurboKVEvents:
         return self
 
     def increment_workers(self, count: int = 1) -> None:
         self._workers += count
 
-    def get_all_events(self) -> List[Any]:
+    def get_all_events(self) -> list[Any]:
         return list(self._items)
 
     def get_number_of_workers(self) -> int:
@@ -167,14 +180,14 @@ class TurboKVEvents(KVConnectorKVEvents):
     def clear_events(self) -> None:
         self._items = []
 
-    def reports(self) -> Tuple[List[StoredRun], List[bytes]]:
+    def reports(self) -> tuple[list[StoredRun], list[bytes]]:
         stored = [e for e in self._items if isinstance(e, StoredRun)]
         removed = [e for e in self._items if isinstance(e, bytes)]
         return stored, removed
 
 
-def _check_supported(vllm_config: "VllmConfig", kv_cache_config: Optional["KVCacheConfig"]
-                     ) -> Tuple["_Spec", List[str]]:
+def _check_supported(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig | None
+                     ) -> tuple[_Spec, list[str]]:
     """Returns the single full-attention group's spec and layer names; raises
     NotImplementedError (with the reason) otherwise."""
     if kv_cache_config is None:
@@ -201,7 +214,7 @@ def _check_supported(vllm_config: "VllmConfig", kv_cache_config: Optional["KVCac
     return spec, list(groups[0].layer_names)
 
 
-def _shape(vllm_config: "VllmConfig", opts: ConnectorOptions, spec: "_Spec", num_layers: int
+def _shape(vllm_config: VllmConfig, opts: ConnectorOptions, spec: _Spec, num_layers: int
            ) -> NamespaceShape:
     vbs = int(spec.block_size)
     bt = opts.block_tokens or vbs
@@ -221,7 +234,7 @@ def _shape(vllm_config: "VllmConfig", opts: ConnectorOptions, spec: "_Spec", num
                           preset=opts.preset)
 
 
-def _kv_events_enabled(vllm_config: "VllmConfig") -> bool:
+def _kv_events_enabled(vllm_config: VllmConfig) -> bool:
     cfg = getattr(vllm_config, "kv_events_config", None)
     return bool(cfg is not None and getattr(cfg, "enable_kv_cache_events", False))
 
@@ -230,8 +243,8 @@ class TurboKVConnector(KVConnectorBase_V1):
     """vLLM V1 KV connector backed by turbokv (see the module docstring). ``scheduler`` is
     set in the scheduler role, ``worker`` in the worker role; the other is None."""
 
-    def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
-                 kv_cache_config: Optional["KVCacheConfig"] = None):
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole,
+                 kv_cache_config: KVCacheConfig | None = None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         ktc = self._kv_transfer_config
         opts = ConnectorOptions.from_extra_config(dict(ktc.kv_connector_extra_config))
@@ -246,8 +259,8 @@ class TurboKVConnector(KVConnectorBase_V1):
         health = Health(opts.retry_after_s, what)
         namespaces = Namespaces(client, shape, health, timeout=max(opts.lookup_timeout_s, 2.0))
         self._client = client
-        self.scheduler: Optional[TurboKVConnectorScheduler] = None
-        self.worker: Optional[TurboKVConnectorWorker] = None
+        self.scheduler: TurboKVConnectorScheduler | None = None
+        self.worker: TurboKVConnectorWorker | None = None
         if is_scheduler:
             if ktc.is_kv_consumer and ktc.kv_load_failure_policy != "recompute":
                 logger.warning(
@@ -269,36 +282,36 @@ class TurboKVConnector(KVConnectorBase_V1):
                     else "load" if ktc.is_kv_consumer else "save", ktc.kv_load_failure_policy,
                     ", KV events" if events else "")
 
-    def _meta(self) -> Optional[TurboKVConnectorMetadata]:
+    def _meta(self) -> TurboKVConnectorMetadata | None:
         if not self.has_connector_metadata():
             return None
         meta = self._get_connector_metadata()
         return meta if isinstance(meta, TurboKVConnectorMetadata) else None
 
     # ================================================================ scheduler side
-    def get_num_new_matched_tokens(self, request: "Request", num_computed_tokens: int
-                                   ) -> Tuple[Optional[int], bool]:
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int
+                                   ) -> tuple[int | None, bool]:
         assert self.scheduler is not None
         return self.scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
 
-    def may_load_async(self, request: "Request") -> bool:
+    def may_load_async(self, request: Request) -> bool:
         return self.scheduler is not None and self.scheduler.may_load_async(request)
 
-    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
                                  num_external_tokens: int) -> None:
         assert self.scheduler is not None
         self.scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
 
-    def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         assert self.scheduler is not None
         return self.scheduler.build_connector_meta(scheduler_output)
 
-    def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
         if self.scheduler is not None:
             self.scheduler.update_connector_output(connector_output)
 
-    def request_finished(self, request: "Request", block_ids: List[int]
-                         ) -> Tuple[bool, Optional[Dict[str, Any]]]:
+    def request_finished(self, request: Request, block_ids: list[int]
+                         ) -> tuple[bool, dict[str, Any] | None]:
         assert self.scheduler is not None
         return self.scheduler.request_finished(request, block_ids)
 
@@ -307,23 +320,23 @@ class TurboKVConnector(KVConnectorBase_V1):
             return ()
         return self.scheduler.take_events()
 
-    def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
         data = self.counters.drain()
         return TurboKVConnectorStats(data=data) if data else None
 
     @classmethod
-    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None
-                                 ) -> Optional[KVConnectorStats]:
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None
+                                 ) -> KVConnectorStats | None:
         return TurboKVConnectorStats(data=dict(data or {}))
 
     @classmethod
-    def build_prom_metrics(cls, vllm_config: "VllmConfig", metric_types: Dict[type, type],
-                           labelnames: List[str], per_engine_labelvalues: Dict[int, List[object]]
-                           ) -> Optional[KVConnectorPromMetrics]:
+    def build_prom_metrics(cls, vllm_config: VllmConfig, metric_types: dict[type, type],
+                           labelnames: list[str], per_engine_labelvalues: dict[int, list[object]]
+                           ) -> KVConnectorPromMetrics | None:
         return TurboKVPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     @classmethod
-    def get_required_kvcache_layout(cls, vllm_config: "VllmConfig") -> Optional[str]:
+    def get_required_kvcache_layout(cls, vllm_config: VllmConfig) -> str | None:
         return None
 
     @property
@@ -331,11 +344,11 @@ class TurboKVConnector(KVConnectorBase_V1):
         return False  # a cache: a dropped save is a future miss
 
     # ================================================================ worker side
-    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         assert self.worker is not None
         self.worker.register_kv_caches(kv_caches)
 
-    def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         if self.worker is not None:
             self.worker.start_load_kv(self._meta())
 
@@ -343,30 +356,30 @@ class TurboKVConnector(KVConnectorBase_V1):
         return  # loads are asynchronous: a request runs only after its blocks are written
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
-                      attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
+                      attn_metadata: AttentionMetadata, **kwargs: Any) -> None:
         return  # all layers are gathered at once in wait_for_save (works with CUDA graphs)
 
     def wait_for_save(self) -> None:
         if self.worker is not None:
             self.worker.wait_for_save(self._meta())
 
-    def get_finished(self, finished_req_ids: Set[str]
-                     ) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+    def get_finished(self, finished_req_ids: set[str]
+                     ) -> tuple[set[str] | None, set[str] | None]:
         if self.worker is None:
             return None, None
         return None, self.worker.get_finished(self._meta())
 
-    def get_block_ids_with_load_errors(self) -> Set[int]:
+    def get_block_ids_with_load_errors(self) -> set[int]:
         return self.worker.get_block_ids_with_load_errors() if self.worker is not None else set()
 
-    def get_kv_connector_kv_cache_events(self) -> Optional[KVConnectorKVEvents]:
+    def get_kv_connector_kv_cache_events(self) -> KVConnectorKVEvents | None:
         if self.worker is None:
             return None
         stored, removed = self.worker.take_reports()
         if not stored and not removed:
             return None
         events = TurboKVEvents()
-        items: List[Any] = [*stored, *removed]
+        items: list[Any] = [*stored, *removed]
         events.add_events(items)
         return events
 

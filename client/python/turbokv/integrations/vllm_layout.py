@@ -29,7 +29,7 @@ connector stacks over layers.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Tuple
+from collections.abc import Callable
 
 import torch
 
@@ -48,7 +48,7 @@ class PagedLayout:
     name = "?"
 
     def gather(self, kv: torch.Tensor, block_ids: torch.Tensor
-               ) -> Tuple[torch.Tensor, torch.Tensor]:
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
     def scatter(self, kv: torch.Tensor, block_ids: torch.Tensor, k: torch.Tensor,
@@ -73,7 +73,7 @@ class ContentSplitLayout(PagedLayout):
         self.head_dim = int(head_dim)
 
     def gather(self, kv: torch.Tensor, block_ids: torch.Tensor
-               ) -> Tuple[torch.Tensor, torch.Tensor]:
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         sel = kv.index_select(0, block_ids)                       # [n][H][N][2D]
         d = self.head_dim
         return (sel[..., :d].permute(0, 2, 1, 3).contiguous(),    # [n][N][H][D]
@@ -107,9 +107,9 @@ class CpuTileLayout(PagedLayout):
         self._k_order = describe_tile(self.k_index, block_size, head_dim)
         self._v_order = describe_tile(self.v_index, block_size, head_dim)
         self.name = "cpu-tile isa=%s K=%s V=%s" % (isa, self._k_order, self._v_order)
-        self._dev_index: Dict[str, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._dev_index: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _indices(self, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _indices(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         key = str(device)
         if key not in self._dev_index:
             self._dev_index[key] = (self.k_index.to(device), self.v_index.to(device))
@@ -144,7 +144,7 @@ class CpuTileLayout(PagedLayout):
             half.index_copy_(2, index, x.permute(0, 2, 1, 3).reshape(cnt, h, -1))
 
     def gather(self, kv: torch.Tensor, block_ids: torch.Tensor
-               ) -> Tuple[torch.Tensor, torch.Tensor]:
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         tiles = self._tiles(kv).index_select(0, block_ids)        # [n][H][2][N*D]
         ki, vi = self._indices(kv.device)
         return (self._read(tiles[:, :, 0, :], self._k_order, ki),
@@ -236,7 +236,7 @@ def probe_cpu_layout(write: WriteOp, dtype: torch.dtype, block_size: int, head_d
 
 
 def make_layout(backend_name: str, head_dim: int, dtype: torch.dtype, block_size: int,
-                cpu_write: Optional[WriteOp] = None, isa: str = "?") -> PagedLayout:
+                cpu_write: WriteOp | None = None, isa: str = "?") -> PagedLayout:
     """The layout of an attention backend by its vLLM name (``AttentionBackend.get_name()``).
 
     Raises:

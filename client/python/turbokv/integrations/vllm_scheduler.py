@@ -10,16 +10,27 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, Iterator, List, Optional,
-                    OrderedDict, Tuple)
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from typing import (
+    TYPE_CHECKING,
+    Any,
+)
 
 from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVCacheEvent
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
 
 from turbokv.hasher import PrefixHasher
 
-from .vllm_store import (KV_EVENT_MEDIUM, ConnectorOptions, Counters, Health, Namespaces,
-                         NamespaceShape, failure_reason)
+from .vllm_store import (
+    KV_EVENT_MEDIUM,
+    ConnectorOptions,
+    Counters,
+    Health,
+    Namespaces,
+    NamespaceShape,
+    failure_reason,
+)
 from .vllm_worker import LoadSpec, SaveSpec, StoredRun
 
 if TYPE_CHECKING:
@@ -40,20 +51,20 @@ class TurboKVConnectorMetadata(KVConnectorMetadata):
     idle: the step runs no model forward (nothing scheduled): the workers may wait a little for
         a fetch to finish instead of returning at once to a busy loop (``idle_wait_s``).
     """
-    loads: List[LoadSpec] = dataclasses.field(default_factory=list)
-    saves: List[SaveSpec] = dataclasses.field(default_factory=list)
+    loads: list[LoadSpec] = dataclasses.field(default_factory=list)
+    saves: list[SaveSpec] = dataclasses.field(default_factory=list)
     idle: bool = False
 
 
 @dataclasses.dataclass
 class _Request:
     """Scheduler-side state of one request."""
-    request: "Request"
+    request: Request
     salt: str
-    ns_ids: List[int]
-    hashers: List[PrefixHasher]
-    chains: List[List[bytes]]           # per TP rank, turbokv block hashes so far
-    block_ids: List[int] = dataclasses.field(default_factory=list)
+    ns_ids: list[int]
+    hashers: list[PrefixHasher]
+    chains: list[list[bytes]]           # per TP rank, turbokv block hashes so far
+    block_ids: list[int] = dataclasses.field(default_factory=list)
     saved_blocks: int = 0               # turbokv blocks [0, saved) stored or queued
     matched_blocks: int = 0             # from the last lookup
     lookup_at: float = 0.0
@@ -86,9 +97,9 @@ class EventTally:
         self._num_workers = max(1, int(num_workers))
         self._max_wait_s = float(max_wait_s)
         self._remember = int(remember)
-        self._pending: Dict[StoredRun, Tuple[int, float]] = {}
+        self._pending: dict[StoredRun, tuple[int, float]] = {}
         self._announced: OrderedDict[bytes, None] = collections.OrderedDict()
-        self._ready: Deque[KVCacheEvent] = collections.deque()
+        self._ready: collections.deque[KVCacheEvent] = collections.deque()
 
     def add(self, stored: Iterable[StoredRun], removed: Iterable[bytes]) -> None:
         now = time.monotonic()
@@ -150,19 +161,19 @@ class TurboKVConnectorScheduler:
         self._namespaces = namespaces
         self._health = health
         self.counters = counters
-        self._events: Optional[EventTally] = EventTally(shape.tp_size) if events else None
-        self._reqs: Dict[str, _Request] = {}
-        self._pending_loads: List[LoadSpec] = []
+        self._events: EventTally | None = EventTally(shape.tp_size) if events else None
+        self._reqs: dict[str, _Request] = {}
+        self._pending_loads: list[LoadSpec] = []
 
     # -- requests -------------------------------------------------------------------------
     @staticmethod
-    def eligible(request: "Request") -> bool:
+    def eligible(request: Request) -> bool:
         """Token-id prompts only: multimodal and prompt-embedding requests are neither looked
         up nor saved (their token ids do not identify their KV)."""
         return (request.prompt_token_ids is not None and request.prompt_embeds is None
                 and not request.mm_features)
 
-    def _state(self, request: "Request") -> Optional[_Request]:
+    def _state(self, request: Request) -> _Request | None:
         st = self._reqs.get(request.request_id)
         if st is not None or not self.eligible(request):
             return st
@@ -179,14 +190,14 @@ class TurboKVConnectorScheduler:
         self._reqs[request.request_id] = st
         return st
 
-    def may_load_async(self, request: "Request") -> bool:
+    def may_load_async(self, request: Request) -> bool:
         """vLLM >= 0.34 (``--max-num-inflight-kv-loads``): whether a lookup may report an
         asynchronous hit. Cheap: no lookup, only whether the prompt has a whole block."""
         return (self._can_load and self.eligible(request)
                 and (request.num_prompt_tokens - 1) // self._bt > 0)
 
-    def get_num_new_matched_tokens(self, request: "Request", num_computed_tokens: int
-                                   ) -> Tuple[Optional[int], bool]:
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int
+                                   ) -> tuple[int | None, bool]:
         usable = (request.num_prompt_tokens - 1) // self._bt   # never the last prompt token
         st = self._state(request)
         if st is None:
@@ -228,7 +239,7 @@ class TurboKVConnectorScheduler:
         self.counters.add("lookup.miss", usable - matched)
         return matched
 
-    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
                                  num_external_tokens: int) -> None:
         st = self._reqs.get(request.request_id)
         if st is None:
@@ -247,7 +258,7 @@ class TurboKVConnectorScheduler:
             block_ids=st.block_ids[start // self._vbs:end // self._vbs]))
 
     # -- the step's plan ------------------------------------------------------------------
-    def build_connector_meta(self, scheduler_output: "SchedulerOutput"
+    def build_connector_meta(self, scheduler_output: SchedulerOutput
                              ) -> TurboKVConnectorMetadata:
         so = scheduler_output
         meta = TurboKVConnectorMetadata(loads=self._pending_loads,
@@ -299,7 +310,7 @@ class TurboKVConnectorScheduler:
                                    announce=self._announcement(st, first, full)))
         st.saved_blocks = full
 
-    def _announcement(self, st: _Request, first: int, end: int) -> Optional[StoredRun]:
+    def _announcement(self, st: _Request, first: int, end: int) -> StoredRun | None:
         """What a worker reports once blocks [first, end) are stored (events enabled only):
         TP rank 0's hashes identify the blocks (every rank stores its own namespace)."""
         if self._events is None:
@@ -308,7 +319,7 @@ class TurboKVConnectorScheduler:
         chain = st.chains[0]
         lora = req.lora_request
         lora_name = str(lora.lora_name) if lora is not None else None
-        extra: Optional[Tuple[Optional[Tuple[Any, ...]], ...]] = None
+        extra: tuple[tuple[Any, ...] | None, ...] | None = None
         if lora_name is not None or st.salt:
             # vLLM's extra_keys: per block, the LoRA name, then the cache salt (first block).
             extra = tuple(tuple(([lora_name] if lora_name else [])
@@ -321,15 +332,15 @@ class TurboKVConnectorScheduler:
                          lora_id=int(lora.lora_int_id) if lora is not None else None,
                          lora_name=lora_name, extra_keys=extra)
 
-    def request_finished(self, request: "Request", block_ids: List[int]
-                         ) -> Tuple[bool, Optional[Dict[str, Any]]]:
+    def request_finished(self, request: Request, block_ids: list[int]
+                         ) -> tuple[bool, dict[str, Any] | None]:
         # Every whole block was handed to the worker in the step that completed it, and the
         # worker copies it out of the paged cache in that step: nothing holds vLLM's blocks.
         self._reqs.pop(request.request_id, None)
         return False, None
 
     # -- events -----------------------------------------------------------------------------
-    def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
         events = getattr(connector_output, "kv_cache_events", None)
         if self._events is None or events is None or not hasattr(events, "reports"):
             return

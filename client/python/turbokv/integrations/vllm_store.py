@@ -9,7 +9,6 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Dict, Optional, Tuple
 
 from turbokv.errors import StatusCode
 from turbokv.security import Security
@@ -90,7 +89,7 @@ class ConnectorOptions:
         return Security.from_config({k: v for k, v in keys.items() if v})
 
     @classmethod
-    def from_extra_config(cls, extra: dict) -> "ConnectorOptions":
+    def from_extra_config(cls, extra: dict) -> ConnectorOptions:
         """Raises ValueError naming unknown or out-of-range keys."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(extra) - set(fields))
@@ -100,7 +99,7 @@ class ConnectorOptions:
         if not extra.get("server"):
             raise ValueError("turbokv connector: kv_connector_extra_config needs \"server\" "
                              "(HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT)")
-        kwargs: Dict[str, object] = {}
+        kwargs: dict[str, object] = {}
         for k, v in extra.items():
             typ = fields[k].type
             try:
@@ -225,14 +224,14 @@ class Namespaces:
         self._shape = shape
         self._health = health
         self._timeout = timeout
-        self._ids: Dict[Tuple[str, int], int] = {}
+        self._ids: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
 
     @property
     def shape(self) -> NamespaceShape:
         return self._shape
 
-    def get(self, salt: str, tp_rank: int) -> Optional[int]:
+    def get(self, salt: str, tp_rank: int) -> int | None:
         key = (salt, tp_rank)
         with self._lock:
             if key in self._ids:
@@ -274,8 +273,8 @@ class Counters:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._data: Dict[str, float] = {}
-        self._total: Dict[str, float] = {}
+        self._data: dict[str, float] = {}
+        self._total: dict[str, float] = {}
 
     def add(self, key: str, n: float = 1) -> None:
         if not n:
@@ -284,12 +283,12 @@ class Counters:
             self._data[key] = self._data.get(key, 0) + n
             self._total[key] = self._total.get(key, 0) + n
 
-    def drain(self) -> Dict[str, float]:
+    def drain(self) -> dict[str, float]:
         with self._lock:
             out, self._data = self._data, {}
         return out
 
-    def totals(self) -> Dict[str, float]:
+    def totals(self) -> dict[str, float]:
         """Process-lifetime totals (for logs and tests)."""
         with self._lock:
             return dict(self._total)

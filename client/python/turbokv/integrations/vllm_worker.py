@@ -31,13 +31,21 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple)
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .vllm_layout import PagedLayout, make_layout
-from .vllm_store import (ConnectorOptions, Counters, Health, Namespaces, NamespaceShape,
-                         failure_reason, logger)
+from .vllm_store import (
+    ConnectorOptions,
+    Counters,
+    Health,
+    Namespaces,
+    NamespaceShape,
+    failure_reason,
+    logger,
+)
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -51,15 +59,15 @@ class StoredRun:
     TP rank 0's turbokv hashes, the hash of the block before the first (None: the first block
     of the prompt), their ``len(hashes) * block_size`` token ids, and vLLM's extra keys (one
     entry per block, or None). Hashable: workers' reports of one run compare equal."""
-    hashes: Tuple[bytes, ...]
-    parent: Optional[bytes]
-    token_ids: Tuple[int, ...]
+    hashes: tuple[bytes, ...]
+    parent: bytes | None
+    token_ids: tuple[int, ...]
     block_size: int
-    lora_id: Optional[int] = None
-    lora_name: Optional[str] = None
-    extra_keys: Optional[Tuple[Optional[Tuple[Any, ...]], ...]] = None
+    lora_id: int | None = None
+    lora_name: str | None = None
+    extra_keys: tuple[tuple[Any, ...] | None, ...] | None = None
 
-    def part(self, begin: int, end: int) -> "StoredRun":
+    def part(self, begin: int, end: int) -> StoredRun:
         """Blocks [begin, end) of this run."""
         bs = self.block_size
         return dataclasses.replace(
@@ -76,10 +84,10 @@ class LoadSpec:
     order, into the vLLM blocks ``block_ids``."""
     req_id: str
     salt: str
-    ns_ids: List[int]
-    hashes: List[List[bytes]]
+    ns_ids: list[int]
+    hashes: list[list[bytes]]
     skip_tokens: int
-    block_ids: List[int]
+    block_ids: list[int]
 
 
 @dataclasses.dataclass
@@ -89,10 +97,10 @@ class SaveSpec:
     the blocks as a KV event describes them (set when vLLM's KV events are on)."""
     req_id: str
     salt: str
-    ns_ids: List[int]
-    hashes: List[List[bytes]]
-    block_ids: List[int]
-    announce: Optional[StoredRun] = None
+    ns_ids: list[int]
+    hashes: list[list[bytes]]
+    block_ids: list[int]
+    announce: StoredRun | None = None
 
 
 @dataclasses.dataclass
@@ -113,7 +121,7 @@ class LoadTiming:
 class _LoadResult:
     spec: LoadSpec
     submitted: float
-    data: Optional[torch.Tensor] = None   # [n][L][2][bt][H][D], host (pinned with CUDA)
+    data: torch.Tensor | None = None   # [n][L][2][bt][H][D], host (pinned with CUDA)
     good: int = 0                         # leading blocks of data that arrived intact
     fetch_start: float = 0.0
     fetch_end: float = 0.0
@@ -132,7 +140,7 @@ class WorkerSide:
     """
 
     def __init__(self, client: Any, namespaces: Namespaces, shape: NamespaceShape, tp_rank: int,
-                 layers: Sequence[Tuple[str, torch.Tensor, PagedLayout]], vllm_block_size: int,
+                 layers: Sequence[tuple[str, torch.Tensor, PagedLayout]], vllm_block_size: int,
                  load_timeout_s: float, save_timeout_s: float, max_pending_save_bytes: int,
                  health: Health, counters: Counters, events: bool = False):
         self._client = client
@@ -158,15 +166,15 @@ class WorkerSide:
         self._counters = counters
         self._loads = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="turbokv-load")
         self._saves = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="turbokv-save")
-        self._inflight: Dict[str, Tuple[LoadSpec, concurrent.futures.Future]] = {}
-        self._invalid: Set[int] = set()
+        self._inflight: dict[str, tuple[LoadSpec, concurrent.futures.Future]] = {}
+        self._invalid: set[int] = set()
         self._load_done = threading.Condition()
         self._loads_finished = 0          # fetches completed (guarded by _load_done)
         self._events = events
         self._reports_lock = threading.Lock()
-        self._stored: List[StoredRun] = []
-        self._removed: List[bytes] = []
-        self._timings: List[LoadTiming] = []
+        self._stored: list[StoredRun] = []
+        self._removed: list[bytes] = []
+        self._timings: list[LoadTiming] = []
 
     # -- ids ------------------------------------------------------------------------------
     def _kernel_ids(self, block_ids: Sequence[int]) -> torch.Tensor:
@@ -251,7 +259,7 @@ class WorkerSide:
                 return
             self._load_done.wait_for(lambda: self._loads_finished != seen, timeout)
 
-    def finished_loads(self) -> Set[str]:
+    def finished_loads(self) -> set[str]:
         """Writes every completed fetch into the paged cache; returns their request ids."""
         done = set()
         for req_id, (spec, fut) in list(self._inflight.items()):
@@ -298,11 +306,11 @@ class WorkerSide:
             v = data[:, li, 1].reshape(-1, kernel_bs, h, d)[first:first + count]
             layout.scatter(kv, ids, k, v)
 
-    def take_invalid(self) -> Set[int]:
+    def take_invalid(self) -> set[int]:
         out, self._invalid = self._invalid, set()
         return out
 
-    def take_timings(self) -> List[LoadTiming]:
+    def take_timings(self) -> list[LoadTiming]:
         """The loads written into the paged cache since the last call (worker thread)."""
         out, self._timings = self._timings, []
         return out
@@ -332,7 +340,7 @@ class WorkerSide:
                 continue
             self._saves.submit(self._put, spec, staged, event, nbytes)
 
-    def _gather(self, spec: SaveSpec, n: int) -> Tuple[torch.Tensor, Optional[Any]]:
+    def _gather(self, spec: SaveSpec, n: int) -> tuple[torch.Tensor, Any | None]:
         s = self._shape
         shape = (n, s.num_layers, 2, s.block_tokens, s.num_kv_heads, s.head_dim)
         ids = self._kernel_ids(spec.block_ids)
@@ -350,7 +358,7 @@ class WorkerSide:
         event.record()
         return host, event
 
-    def _put(self, spec: SaveSpec, staged: torch.Tensor, event: Optional[Any],
+    def _put(self, spec: SaveSpec, staged: torch.Tensor, event: Any | None,
              nbytes: int) -> None:
         hashes = spec.hashes[self._rank]
         try:
@@ -394,7 +402,7 @@ class WorkerSide:
     def _report_stored(self, run: StoredRun, ok: Sequence[bool]) -> None:
         """One StoredRun per stretch of consecutive stored blocks (a refused block is never
         announced)."""
-        parts: List[StoredRun] = []
+        parts: list[StoredRun] = []
         begin = None
         for i, good in enumerate(list(ok) + [False]):
             if good and begin is None:
@@ -405,7 +413,7 @@ class WorkerSide:
         with self._reports_lock:
             self._stored.extend(parts)
 
-    def take_reports(self) -> Tuple[List[StoredRun], List[bytes]]:
+    def take_reports(self) -> tuple[list[StoredRun], list[bytes]]:
         """Blocks stored (as runs) and found missing (TP rank 0's hashes) since the last call."""
         with self._reports_lock:
             out = (self._stored, self._removed)
@@ -464,7 +472,7 @@ class TurboKVConnectorWorker:
       idle_wait_s: longest ``get_finished`` waits for a fetch in a step without a forward.
     """
 
-    def __init__(self, vllm_config: "VllmConfig", opts: ConnectorOptions, shape: NamespaceShape,
+    def __init__(self, vllm_config: VllmConfig, opts: ConnectorOptions, shape: NamespaceShape,
                  layer_names: Sequence[str], vllm_block_size: int, client: Any,
                  namespaces: Namespaces, health: Health, counters: Counters, events: bool):
         self._vllm_config = vllm_config
@@ -477,12 +485,12 @@ class TurboKVConnectorWorker:
         self._health = health
         self.counters = counters
         self._events = events
-        self.transfer: Optional[WorkerSide] = None
+        self.transfer: WorkerSide | None = None
 
-    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
         ctx = self._vllm_config.compilation_config.static_forward_context
-        layouts: Dict[Tuple[str, torch.dtype, int], PagedLayout] = {}
+        layouts: dict[tuple[str, torch.dtype, int], PagedLayout] = {}
         layers = []
         for name in self._layer_names:
             kv = kv_caches[name]
@@ -518,17 +526,17 @@ class TurboKVConnectorWorker:
         if self.transfer is not None and meta is not None and meta.saves:
             self.transfer.save(meta.saves)
 
-    def get_finished(self, meta: Any) -> Optional[Set[str]]:
+    def get_finished(self, meta: Any) -> set[str] | None:
         if self.transfer is None:
             return None
         if meta is not None and meta.idle:
             self.transfer.wait_for_a_load(self._opts.idle_wait_s)
         return self.transfer.finished_loads() or None
 
-    def get_block_ids_with_load_errors(self) -> Set[int]:
+    def get_block_ids_with_load_errors(self) -> set[int]:
         return self.transfer.take_invalid() if self.transfer is not None else set()
 
-    def take_reports(self) -> Tuple[List[StoredRun], List[bytes]]:
+    def take_reports(self) -> tuple[list[StoredRun], list[bytes]]:
         if self.transfer is None or not self._events:
             return [], []
         return self.transfer.take_reports()
