@@ -33,12 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List
+from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def start_server(binary: str, work: str) -> "tuple[subprocess.Popen, str]":
+def start_server(binary: str, work: str) -> tuple[subprocess.Popen, str]:
     port_file = os.path.join(work, "port")
     log = open(os.path.join(work, "server.log"), "ab")
     proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
@@ -88,6 +88,7 @@ def main() -> int:
     sys.path[:0] = [os.path.join(REPO, "client", "python"), os.path.join(args.build, "python")]
     import torch
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+
     from turbokv import Client
     from turbokv.integrations.sglang import TurboKVStorage, block_hash
     from turbokv.integrations.sglang_layout import page_block_view
@@ -134,9 +135,9 @@ def main() -> int:
         def load_flat() -> None:
             assert all(f is not None for f in backend.batch_get(keys, flats))
 
-        cases: Dict[str, Callable[[], None]] = {"client": client_get, "copy": copy,
+        cases: dict[str, Callable[[], None]] = {"client": client_get, "copy": copy,
                                                 "load": load, "load-flat": load_flat}
-        times: Dict[str, List[float]] = {c: [] for c in cases}
+        times: dict[str, list[float]] = {c: [] for c in cases}
         for fn in cases.values():
             fn()                                          # warm-up
         for _ in range(args.repeat):

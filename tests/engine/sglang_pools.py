@@ -9,7 +9,7 @@
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool

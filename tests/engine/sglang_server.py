@@ -19,7 +19,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -39,8 +40,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def hicache_args(extra_config: Dict[str, Any], layout: str = "page_first_direct",
-                 io_backend: str = "direct") -> List[str]:
+def hicache_args(extra_config: dict[str, Any], layout: str = "page_first_direct",
+                 io_backend: str = "direct") -> list[str]:
     """HiCache with turbokv as its ``dynamic`` storage backend (1 GB host pool; a prefetch
     waits for every page it found, so a hit count does not depend on the machine's speed)."""
     cfg = dict({"backend_name": "turbokv", "module_path": "turbokv.integrations.sglang",
@@ -64,11 +65,11 @@ class SGLangServer:
         self.stubs_dir = stubs_dir
         self.standin_log = standin_log
         self.port = 0
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self.startup_s = 0.0
         self._t0 = 0.0
 
-    def _env(self) -> Dict[str, str]:
+    def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         path = [SHIM, os.path.join(REPO, "client", "python")]
         if self.stubs_dir:
@@ -83,11 +84,11 @@ class SGLangServer:
             env["TURBOKV_SGLANG_STANDIN_LOG"] = self.standin_log
         return env
 
-    def start(self, timeout: float = 900.0) -> "SGLangServer":
+    def start(self, timeout: float = 900.0) -> SGLangServer:
         """``launch()`` then ``wait_ready()``."""
         return self.launch().wait_ready(timeout)
 
-    def launch(self) -> "SGLangServer":
+    def launch(self) -> SGLangServer:
         """Starts the server process and returns at once (several servers can start together;
         their start-up is mostly imports and compilation on one core each)."""
         self.port = free_port()
@@ -102,7 +103,7 @@ class SGLangServer:
         log.close()
         return self
 
-    def wait_ready(self, timeout: float = 900.0) -> "SGLangServer":
+    def wait_ready(self, timeout: float = 900.0) -> SGLangServer:
         """Waits for SGLang's "ready to roll" line (after its own warm-up request); raises
         RuntimeError with the log's tail when the server exits or the timeout passes."""
         assert self.proc is not None
@@ -149,7 +150,7 @@ class SGLangServer:
         req = urllib.request.Request(self._url("/flush_cache"), method="POST")
         urllib.request.urlopen(req, timeout=120).read()
 
-    def generate(self, input_ids: Sequence[int], max_new_tokens: int) -> Dict[str, Any]:
+    def generate(self, input_ids: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
         """One greedy request, streamed: returns ``output_ids``, ``meta_info`` (SGLang's, of the
         last chunk: ``cached_tokens``, ``cached_tokens_details``, ...), ``ttft_s`` (wall time to
         the first streamed chunk) and ``wall_s``."""
@@ -160,7 +161,7 @@ class SGLangServer:
                                      headers={"Content-Type": "application/json"})
         t0 = time.monotonic()
         ttft = None
-        last: Dict[str, Any] = {}
+        last: dict[str, Any] = {}
         with urllib.request.urlopen(req, timeout=900) as resp:
             for raw in resp:
                 line = raw.decode().strip()

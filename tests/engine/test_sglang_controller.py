@@ -36,17 +36,18 @@ from conftest import ServerProcess
 torch = pytest.importorskip("torch")
 pytest.importorskip("sglang")
 
-from sglang.srt.managers.cache_controller import (HiCacheController,  # noqa: E402
-                                                  PrefetchOperation, StorageOperation)
+from sglang.srt.managers.cache_controller import (  # noqa: E402
+    HiCacheController,
+    PrefetchOperation,
+    StorageOperation,
+)
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig  # noqa: E402
-from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import (  # noqa: E402
-    HybridCacheController)
+from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController  # noqa: E402
 from sglang.srt.mem_cache.storage import StorageBackendFactory  # noqa: E402
 from sglang.srt.mem_cache.utils import get_hash_str, get_storage_hash_str  # noqa: E402
 
-from turbokv.integrations.sglang import TurboKVStorage  # noqa: E402
-
 from sglang_pools import T, host_pool, page_tensor  # noqa: E402
+from turbokv.integrations.sglang import TurboKVStorage  # noqa: E402
 
 PAGES = 5
 

@@ -26,10 +26,9 @@ pytest.importorskip("sglang")
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, PoolName  # noqa: E402
 
+from sglang_pools import T, host_pool, indices, page_tensor  # noqa: E402
 from turbokv.integrations.sglang import TurboKVStorage, block_hash  # noqa: E402
 from turbokv.integrations.sglang_layout import LAYOUTS  # noqa: E402
-
-from sglang_pools import T, host_pool, indices, page_tensor  # noqa: E402
 
 KEYS = ["%064x" % (0x5A17 + i) for i in range(5)]
 

@@ -43,7 +43,8 @@ import importlib.machinery
 import os
 import sys
 import types
-from typing import Any, Callable, Dict
+from collections.abc import Callable
+from typing import Any
 
 _LOG = os.environ.get("TURBOKV_SGLANG_STANDIN_LOG", "")
 
@@ -101,7 +102,7 @@ class _SglKernelFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 # -- post-import hooks ----------------------------------------------------------------------
-_HOOKS: Dict[str, Callable[[types.ModuleType], None]] = {}
+_HOOKS: dict[str, Callable[[types.ModuleType], None]] = {}
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):

@@ -53,19 +53,29 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import torch
-
-from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
-                                                  HiCacheStorageExtraInfo, PoolName,
-                                                  PoolTransfer, PoolTransferResult)
+from sglang.srt.mem_cache.hicache_storage import (
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    HiCacheStorageExtraInfo,
+    PoolName,
+    PoolTransfer,
+    PoolTransferResult,
+)
 
 from turbokv.errors import StatusCode
 from turbokv.security import Security
 
-from .sglang_layout import (TORCH_TO_NS_DTYPE, PageGeometry, check_layout, flat_page_as_block,
-                            page_block_view)
+from .sglang_layout import (
+    TORCH_TO_NS_DTYPE,
+    PageGeometry,
+    check_layout,
+    flat_page_as_block,
+    page_block_view,
+)
 
 __all__ = ["SGLangStorageOptions", "TurboKVStorage"]
 
@@ -129,7 +139,7 @@ class SGLangStorageOptions:
         return Security.from_config({k: v for k, v in keys.items() if v})
 
     @classmethod
-    def from_extra_config(cls, extra: Optional[Dict[str, Any]]) -> "SGLangStorageOptions":
+    def from_extra_config(cls, extra: dict[str, Any] | None) -> SGLangStorageOptions:
         """Raises ValueError naming unknown, missing or out-of-range keys."""
         extra = {k: v for k, v in (extra or {}).items() if k not in _SGLANG_KEYS}
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -140,7 +150,7 @@ class SGLangStorageOptions:
         if not extra.get("server"):
             raise ValueError("turbokv: --hicache-storage-backend-extra-config needs \"server\" "
                              "(HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT)")
-        kwargs: Dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}
         for k, v in extra.items():
             typ = fields[k].type
             try:
@@ -232,7 +242,7 @@ class TurboKVStorage(HiCacheStorage):
     may run concurrently (one client, per-thread staging buffers).
     """
 
-    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: dict | None = None):
         self.storage_config = storage_config
         self.options = SGLangStorageOptions.from_extra_config(storage_config.extra_config)
         if storage_config.is_mla_model:
@@ -242,15 +252,15 @@ class TurboKVStorage(HiCacheStorage):
         self._backoff = _Backoff(self.options.retry_after_s)
         self._client = _make_client(self.options)
         self._lock = threading.Lock()
-        self._ns_id: Optional[int] = None
-        self._geom: Optional[PageGeometry] = None
-        self._kv_buffer: Optional[torch.Tensor] = None
+        self._ns_id: int | None = None
+        self._geom: PageGeometry | None = None
+        self._kv_buffer: torch.Tensor | None = None
         self._staging = threading.local()
-        self._counters: Dict[str, float] = {}
-        self._prefetch_pgs: List[int] = []
-        self._backup_pgs: List[int] = []
-        self._prefetch_bw: List[float] = []
-        self._backup_bw: List[float] = []
+        self._counters: dict[str, float] = {}
+        self._prefetch_pgs: list[int] = []
+        self._backup_pgs: list[int] = []
+        self._prefetch_bw: list[float] = []
+        self._backup_bw: list[float] = []
         logger.info("turbokv: HiCache storage on %s (preset %r, %s interface)",
                     self.options.server, self.options.preset or "server default",
                     "zero-copy v1" if self.zero_copy else "page-copy")
@@ -293,7 +303,7 @@ class TurboKVStorage(HiCacheStorage):
                          "host pool %r, which needs the batch_*_v2 interface)"
                          % getattr(host_pool_name, "value", host_pool_name))
 
-    def _namespace(self, fail_loudly: bool = False) -> Optional[int]:
+    def _namespace(self, fail_loudly: bool = False) -> int | None:
         """The namespace id, registering it first; None when the server cannot be reached."""
         with self._lock:
             if self._ns_id is not None:
@@ -339,7 +349,7 @@ class TurboKVStorage(HiCacheStorage):
         with self._lock:
             self._counters[key] = self._counters.get(key, 0) + n
 
-    def counters(self) -> Dict[str, float]:
+    def counters(self) -> dict[str, float]:
         """Totals since start: ``"<op>.<result>"`` (pages) and ``"<op>.bytes"`` (raw bytes);
         op in exists (hit/miss/error/skipped), get (ok/miss/error/skipped), set (ok/exists/
         error/skipped)."""
@@ -359,8 +369,8 @@ class TurboKVStorage(HiCacheStorage):
         return max(1, (self.options.max_batch_mib << 20) // self.geom.block_nbytes)
 
     # -- existence ---------------------------------------------------------------------------
-    def batch_exists(self, keys: List[str],
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
+    def batch_exists(self, keys: list[str],
+                     extra_info: HiCacheStorageExtraInfo | None = None) -> int:
         """How many leading pages of ``keys`` are stored (one Lookup, index only, with a lease);
         0 when the server cannot answer."""
         if not keys:
@@ -386,8 +396,8 @@ class TurboKVStorage(HiCacheStorage):
         return self.batch_exists([key]) == 1
 
     # -- zero-copy interface (interface_v1) --------------------------------------------------
-    def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+    def batch_get_v1(self, keys: list[str], host_indices: torch.Tensor,
+                     extra_info: HiCacheStorageExtraInfo | None = None) -> list[bool]:
         """Fetches pages into the host pool at ``host_indices`` (``len(keys) * page_size``
         token indices, page by page). Returns per page whether it was written."""
         g = self.geom
@@ -395,8 +405,8 @@ class TurboKVStorage(HiCacheStorage):
         views = [page_block_view(self._kv_buffer, g, i) for i in firsts]
         return self._get_into(keys, views)
 
-    def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+    def batch_set_v1(self, keys: list[str], host_indices: torch.Tensor,
+                     extra_info: HiCacheStorageExtraInfo | None = None) -> list[bool]:
         """Stores the host pool's pages at ``host_indices``. Returns per page whether it is
         stored (pages already stored count as stored)."""
         g = self.geom
@@ -405,12 +415,12 @@ class TurboKVStorage(HiCacheStorage):
         return self._put_from(keys, views)
 
     # -- page-copy interface -----------------------------------------------------------------
-    def get(self, key: str, target_location: Optional[Any] = None,
-            target_sizes: Optional[Any] = None) -> Optional[torch.Tensor]:
+    def get(self, key: str, target_location: Any | None = None,
+            target_sizes: Any | None = None) -> torch.Tensor | None:
         return self.batch_get([key], [target_location])[0]
 
-    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
-                  target_sizes: Optional[Any] = None) -> List[Optional[torch.Tensor]]:
+    def batch_get(self, keys: list[str], target_locations: Any | None = None,
+                  target_sizes: Any | None = None) -> list[torch.Tensor | None]:
         """Fetches pages into flat page tensors (``get_dummy_flat_data_page()``, filled in the
         host layout's flat order); None for a page not fetched."""
         if target_locations is None or len(target_locations) != len(keys):
@@ -419,13 +429,13 @@ class TurboKVStorage(HiCacheStorage):
         ok = self._get_into(keys, views)
         return [t if f else None for t, f in zip(target_locations, ok)]
 
-    def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
-            target_sizes: Optional[Any] = None) -> bool:
+    def set(self, key: str, value: Any | None = None, target_location: Any | None = None,
+            target_sizes: Any | None = None) -> bool:
         return self.batch_set([key], [value])
 
-    def batch_set(self, keys: List[str], values: Optional[Any] = None,
-                  target_locations: Optional[Any] = None,
-                  target_sizes: Optional[Any] = None) -> bool:
+    def batch_set(self, keys: list[str], values: Any | None = None,
+                  target_locations: Any | None = None,
+                  target_sizes: Any | None = None) -> bool:
         """Stores flat pages (``get_data_page(i, flat=True)``); True when all are stored."""
         if values is None or len(values) != len(keys):
             raise ValueError("turbokv: batch_set needs one page tensor per key")
@@ -433,7 +443,7 @@ class TurboKVStorage(HiCacheStorage):
         return all(self._put_from(keys, views))
 
     # -- the two transfers -------------------------------------------------------------------
-    def _get_into(self, keys: Sequence[str], views: Sequence[torch.Tensor]) -> List[bool]:
+    def _get_into(self, keys: Sequence[str], views: Sequence[torch.Tensor]) -> list[bool]:
         """Fetches ``keys`` and copies each block that came back whole into its
         ``[L][2][T][H][D]`` view. Never raises for server errors (misses)."""
         ok = [False] * len(keys)
@@ -469,7 +479,7 @@ class TurboKVStorage(HiCacheStorage):
         self._record(self._prefetch_pgs, self._prefetch_bw, n_ok, time.perf_counter() - t0)
         return ok
 
-    def _put_from(self, keys: Sequence[str], views: Sequence[torch.Tensor]) -> List[bool]:
+    def _put_from(self, keys: Sequence[str], views: Sequence[torch.Tensor]) -> list[bool]:
         """Stores the blocks of ``views`` under ``keys`` (after one Lookup: leading pages
         already stored are not sent again). Never raises for server errors."""
         ok = [False] * len(keys)
@@ -518,7 +528,7 @@ class TurboKVStorage(HiCacheStorage):
         self._record(self._backup_pgs, self._backup_bw, sent, time.perf_counter() - t0)
         return ok
 
-    def _record(self, pages: List[int], bandwidth: List[float], n: int, seconds: float) -> None:
+    def _record(self, pages: list[int], bandwidth: list[float], n: int, seconds: float) -> None:
         if not self.storage_config.enable_storage_metrics or n == 0:
             return
         with self._lock:
@@ -526,8 +536,8 @@ class TurboKVStorage(HiCacheStorage):
             bandwidth.append(n * self.geom.block_nbytes / 2 ** 30 / max(seconds, 1e-9))
 
     # -- hybrid models -----------------------------------------------------------------------
-    def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[List[PoolTransfer]] = None,
-                        extra_info: Optional[HiCacheStorageExtraInfo] = None) -> PoolTransferResult:
+    def batch_exists_v2(self, keys: list[str], pool_transfers: list[PoolTransfer] | None = None,
+                        extra_info: HiCacheStorageExtraInfo | None = None) -> PoolTransferResult:
         """KV pages only (no extra pools are ever registered: they are refused)."""
         if pool_transfers:
             raise ValueError("turbokv: hybrid models are not supported (extra pools %s)"
@@ -536,13 +546,13 @@ class TurboKVStorage(HiCacheStorage):
         return PoolTransferResult(hit, {PoolName.KV: hit} if hit else {},
                                   list(range(1, hit + 1)))
 
-    def batch_get_v2(self, transfers: List[PoolTransfer],
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Dict[str, List[bool]]:
+    def batch_get_v2(self, transfers: list[PoolTransfer],
+                     extra_info: HiCacheStorageExtraInfo | None = None) -> dict[str, list[bool]]:
         raise ValueError("turbokv: hybrid models are not supported (batch_get_v2 of %s)"
                          % [str(t.name) for t in transfers])
 
-    def batch_set_v2(self, transfers: List[PoolTransfer],
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Dict[str, List[bool]]:
+    def batch_set_v2(self, transfers: list[PoolTransfer],
+                     extra_info: HiCacheStorageExtraInfo | None = None) -> dict[str, list[bool]]:
         raise ValueError("turbokv: hybrid models are not supported (batch_set_v2 of %s)"
                          % [str(t.name) for t in transfers])
 
@@ -610,7 +620,7 @@ def pool_geometry(pool: Any) -> PageGeometry:
                         head_dim=int(pool.head_dim), dtype=pool.dtype)
 
 
-def _page_starts(host_indices: torch.Tensor, n: int, page_size: int) -> List[int]:
+def _page_starts(host_indices: torch.Tensor, n: int, page_size: int) -> list[int]:
     """First host token index of each of the n pages in ``host_indices``."""
     if host_indices.numel() != n * page_size:
         raise ValueError("turbokv: %d host indices for %d pages of %d tokens"

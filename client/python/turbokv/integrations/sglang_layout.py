@@ -35,7 +35,6 @@ block. Not thread-safe to write one page from two threads (SGLang never does).
 from __future__ import annotations
 
 import dataclasses
-from typing import Tuple
 
 import torch
 
@@ -71,7 +70,7 @@ class PageGeometry:
     dtype: torch.dtype
 
     @property
-    def block_shape(self) -> Tuple[int, int, int, int, int]:
+    def block_shape(self) -> tuple[int, int, int, int, int]:
         """``(L, 2, T, H, D)``: turbokv's raw block."""
         return (self.num_layers, 2, self.page_size, self.num_kv_heads, self.head_dim)
 
@@ -82,7 +81,7 @@ class PageGeometry:
             n *= d
         return n * torch.empty((), dtype=self.dtype).element_size()
 
-    def buffer_shape(self, pool_tokens: int) -> Tuple[int, ...]:
+    def buffer_shape(self, pool_tokens: int) -> tuple[int, ...]:
         """The ``kv_buffer`` shape SGLang allocates for ``pool_tokens`` host tokens."""
         L, T, H, D = self.num_layers, self.page_size, self.num_kv_heads, self.head_dim
         P = pool_tokens // T
@@ -91,7 +90,7 @@ class PageGeometry:
                 "page_first_direct": (2, P, L, T, H, D),
                 "page_head": (2, P, H, T, L, D)}[self.layout]
 
-    def flat_page_shape(self) -> Tuple[int, ...]:
+    def flat_page_shape(self) -> tuple[int, ...]:
         """Memory order of a flat page (``get_data_page(i, flat=True)``) of this layout."""
         L, T, H, D = self.num_layers, self.page_size, self.num_kv_heads, self.head_dim
         return {"layer_first": (2, L, T, H, D),
