@@ -2,8 +2,8 @@
 """Can one tenant's idle or slow PutBlocks streams hold up another tenant's puts? (issue 22)
 
 Tenant A registers a raw-preset namespace of large blocks (64 MiB raw by default) and opens
---idle streams that name the namespace and one block in their call metadata and then send
-nothing, plus --slow streams that send one 1 MiB chunk every --slow-interval seconds. Once the
+--idle streams that send nothing (the worst case: the server knows neither the namespace nor
+the block count), plus --slow streams that send one 1 MiB chunk every --slow-interval seconds. Once the
 server holds what A's streams make it hold (turbokv_in_flight_bytes stops changing), tenant B
 puts --puts blocks of 16 KiB, one call each, and the latency and outcome of each is printed,
 with the in-flight bytes A's streams held. Then A's streams are cancelled.
@@ -110,7 +110,6 @@ class TenantAStreams:
         self._stop = threading.Event()
         self._channel = Security(token=TOKEN_A).channel(address, [])
         stub = pb_grpc.TurboKVStub(self._channel)
-        metadata = (("turbokv-namespace-id", "%016x" % ns_id), ("turbokv-block-count", "1"))
         self.futures = []
 
         def idle_requests():
@@ -122,17 +121,20 @@ class TenantAStreams:
             h = hashlib.sha256(b"slow-%d" % i).digest()
             data = os.urandom(CHUNK)
             for off in range(0, raw_bytes, CHUNK):
-                yield pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h,
+                msg = pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h,
                                           encoding=pb.ENCODING_RAW, block_bytes=raw_bytes,
                                           offset=off, data=data)
+                if off == 0:
+                    msg.header.block_count = 1
+                yield msg
                 if self._stop.wait(interval):
                     return
 
         for _ in range(idle):
-            self.futures.append(stub.PutBlocks.future(idle_requests(), metadata=metadata,
+            self.futures.append(stub.PutBlocks.future(idle_requests(),
                                                       timeout=timeout))
         for i in range(slow):
-            self.futures.append(stub.PutBlocks.future(slow_requests(i), metadata=metadata,
+            self.futures.append(stub.PutBlocks.future(slow_requests(i),
                                                       timeout=timeout))
         self._grpc = grpc
 

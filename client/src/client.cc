@@ -306,11 +306,6 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
   v1::PutBlocksResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
     resp.Clear();
-    // The namespace and block count up front: the server sizes the stream's read window for
-    // the namespace's blocks and reads the end of the stream without a reservation
-    // (server/service/put_blocks_reactor.cc).
-    ctx->AddMetadata("turbokv-namespace-id", FormatNamespaceId(namespace_id));
-    ctx->AddMetadata("turbokv-block-count", std::to_string(blocks.size()));
     const Impl::Connection& conn = impl_->Pick();
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
@@ -318,6 +313,9 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
     v1::PutBlocksRequest req;  // every field but data
     req.set_namespace_id(namespace_id);
     req.set_encoding(static_cast<v1::Encoding>(encoding));
+    // The stream's header rides on its first message: with the block count the server reads
+    // the end of the stream without reserving in-flight budget (PutBlocksHeader, proto).
+    req.mutable_header()->set_block_count(blocks.size());
     bool open = true;
     for (size_t i = 0; i < blocks.size() && open; ++i) {
       const absl::Span<const uint8_t> block = blocks[i];
@@ -334,6 +332,7 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
           open = false;
           break;
         }
+        req.clear_header();
       }
     }
     if (open) writer->WritesDone();

@@ -20,14 +20,6 @@ constexpr uint64_t kReadReserveBytes = (uint64_t{1} << 20) + 4096;
 // what a stream holds follows what its client has sent: the blocks received and not yet
 // committed plus at most one window; a stream that sends nothing holds one window.
 constexpr uint64_t kReadWindowBytes = uint64_t{4} << 20;
-// A client that names the stream's namespace in this metadata key (16 hex digits; the
-// messages' namespace_id must then be the same) lets the first window cover the packed bytes
-// of its first chunk too. With it, "turbokv-block-count" (decimal) says how many blocks the
-// stream sends: after the last one the end of the stream is read without a reservation (a
-// message that comes instead fails the stream, INVALID_ARGUMENT), so a stream whose blocks are
-// all in never waits for budget again.
-constexpr char kNamespaceIdMetadata[] = "turbokv-namespace-id";
-constexpr char kBlockCountMetadata[] = "turbokv-block-count";
 // A stream stops reading while it holds this much (blocks received, not yet committed).
 constexpr uint64_t kStreamWindowBytes = uint64_t{64} << 20;
 // A commit takes at most this many bytes of ready blocks (one WriteBatch).
@@ -125,25 +117,6 @@ PutBlocksReactor::PutBlocksReactor(ServiceContext* ctx, grpc::CallbackServerCont
     finished_ = true;
     Finish(scope_.Complete(ShuttingDown()));
   } else {
-    // An unparseable or unknown id is ignored here: the first message's namespace_id decides,
-    // with its own error, as for a client that sends no metadata.
-    const auto hint = context->client_metadata().find(kNamespaceIdMetadata);
-    uint64_t id = 0;
-    if (hint != context->client_metadata().end() && hint->second.size() == 16 &&
-        absl::SimpleHexAtoi(absl::string_view(hint->second.data(), hint->second.size()), &id)) {
-      absl::StatusOr<std::shared_ptr<const Namespace>> ns = ctx_->registry->Get(id, caller_);
-      if (ns.ok()) {
-        ns_ = *std::move(ns);
-        streaming_encode_ = ctx_->backend.cuda == nullptr;
-        SetMessageBytes();
-        const auto count = context->client_metadata().find(kBlockCountMetadata);
-        uint64_t n = 0;
-        if (count != context->client_metadata().end() &&
-            absl::SimpleAtoi(absl::string_view(count->second.data(), count->second.size()), &n)) {
-          declared_blocks_ = n;
-        }
-      }
-    }
     std::unique_lock<std::mutex> l(mu_);
     ArmWatchdogLocked();
     Settle(l);
@@ -273,7 +246,7 @@ void PutBlocksReactor::OnReadDone(bool ok) {
       // reservation; its bytes go with the request.
       FailStream(absl::InvalidArgumentError(absl::StrCat(
           "the stream sent more than the ", *declared_blocks_,
-          " blocks its turbokv-block-count metadata declared")));
+          " blocks its header's block_count declared")));
       request_.Clear();
     } else {
       HandleMessage(request_);
@@ -338,12 +311,20 @@ void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
     ns_ = *std::move(ns);
     streaming_encode_ = ctx_->backend.cuda == nullptr;
     SetMessageBytes();
+    if (req.has_header()) {
+      // The stream's header (PutBlocksHeader, proto): only the first message may carry it.
+      if (req.header().block_count() != 0) declared_blocks_ = req.header().block_count();
+      chain_continues_ = req.header().chain_continues();
+    }
   } else if (req.namespace_id() != ns_->id) {
     FailStream(absl::InvalidArgumentError(absl::StrCat(
         "namespace_id ", absl::Hex(req.namespace_id(), absl::kZeroPad16),
         " is not the stream's namespace ", absl::Hex(ns_->id, absl::kZeroPad16),
-        " (its first message's, or the call's turbokv-namespace-id metadata); one PutBlocks "
-        "stream writes one namespace")));
+        " (its first message's); one PutBlocks stream writes one namespace")));
+    return;
+  } else if (req.has_header()) {
+    FailStream(absl::InvalidArgumentError(
+        "a PutBlocks message after the stream's first carries a header; only the first may"));
     return;
   }
   const std::string& hash = req.block_hash();
@@ -697,7 +678,7 @@ void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks, bool ends_reques
     std::vector<BlockStore::BlockWrite> writes;
     writes.reserve(blocks.size());
     for (const BlockPtr& b : blocks) writes.push_back({b->hash, b->value()});
-    chain_.call_ends_request = ends_request;
+    chain_.call_ends_request = ends_request && !chain_continues_;
     statuses = ctx_->store->PutBlocks(ns_->id, writes, &chain_);
   }
   std::unique_lock<std::mutex> l(mu_);

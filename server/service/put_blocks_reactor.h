@@ -102,7 +102,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   // pauses, finishes the call once nothing is in flight, and releases budget. Unlocks `l`.
   void Settle(std::unique_lock<std::mutex>& l);
   void FinishNow();  // without mu_, once
-  // turbokv-block-count was given and every block it declared has been read whole (or
+  // The header's block_count was given and every block it declared has been read whole (or
   // refused): only the end of the stream may come.
   bool AllDeclaredBlocksIn() const;
 
@@ -151,7 +151,9 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   // The most one message may charge (kReadReserveBytes, plus its packed share once the
   // namespace is known and its RAW blocks go to the streaming encoder).
   uint64_t message_bytes_ = (uint64_t{1} << 20) + 4096;
-  std::optional<uint64_t> declared_blocks_;  // turbokv-block-count, with the namespace id
+  std::optional<uint64_t> declared_blocks_;  // the header's block_count, when not 0
+  // The header's chain_continues: no commit of this stream ends the request.
+  bool chain_continues_ = false;
   uint64_t ticket_bytes_ = 0;      // what the lease waits for
   uint64_t to_release_ = 0;        // budget bytes to give back (outside mu_)
   bool waiting_budget_ = false;    // the lease waits; OnBudget comes

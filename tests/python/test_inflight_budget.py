@@ -1,10 +1,11 @@
 """Concurrent puts whose blocks add up to more than the server's in-flight budget
-(--max-in-flight-bytes) are served in turn, not refused: the clients name the namespace and the
-block count in the call's metadata, and the server reserves each block whole before reading it
+(--max-in-flight-bytes) are served in turn, not refused: the server reserves a read window
+before each read and charges what the stream really sends; the stream's header
+(PutBlocksHeader: the block count) lets it read the end of the stream without a reservation
 (server/service/put_blocks_reactor.cc). Before that, every stream held part of its block while
 waiting for bytes only a finished block would give back, and all of them waited out the
 admission timeout (4 concurrent 2 MiB puts on a 4 MiB budget: 1 stored, 3 RESOURCE_EXHAUSTED
-after 3 s). Real turbokv-server binary, real Python client, raw gRPC for the metadata contract.
+after 3 s). Real turbokv-server binary, real Python client, raw gRPC for the header contract.
 """
 from __future__ import annotations
 
@@ -89,10 +90,13 @@ def test_a_block_larger_than_the_budget_goes_through_alone(small_budget_server):
         client.close()
 
 
-def _chunks(ns_id, h, data, chunk=1 << 20):
+def _chunks(ns_id, h, data, chunk=1 << 20, header=None):
     for off in range(0, len(data), chunk):
-        yield pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h, encoding=pb.ENCODING_RAW,
+        msg = pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h, encoding=pb.ENCODING_RAW,
                                   block_bytes=len(data), offset=off, data=data[off:off + chunk])
+        if header is not None and off == 0:
+            msg.header.CopyFrom(header)
+        yield msg
 
 
 def test_a_stream_sending_more_blocks_than_it_declared_fails(small_budget_server):
@@ -101,34 +105,40 @@ def test_a_stream_sending_more_blocks_than_it_declared_fails(small_budget_server
         ns = client.register_namespace("budget-test", preset="k4v4-g32", **SHAPE)
         data = [b.tobytes() for b in _blocks(2, seed=3)]
         hashes = [os.urandom(32) for _ in data]
-        metadata = (("turbokv-namespace-id", "%016x" % ns.namespace_id),
-                    ("turbokv-block-count", "1"))
         with grpc.insecure_channel(small_budget_server.address) as channel:
             stub = pb_grpc.TurboKVStub(channel)
 
-            def requests():
-                for h, d in zip(hashes, data):
-                    yield from _chunks(ns.namespace_id, h, d)
+            def requests(block_count=0, header_on=0):
+                for i, (h, d) in enumerate(zip(hashes, data)):
+                    header = (pb.PutBlocksHeader(block_count=block_count)
+                              if block_count and i == header_on else None)
+                    yield from _chunks(ns.namespace_id, h, d, header=header)
 
             with pytest.raises(grpc.RpcError) as e:
-                stub.PutBlocks(requests(), metadata=metadata, timeout=30)
+                stub.PutBlocks(requests(block_count=1), timeout=30)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert "more than the 1 blocks its turbokv-block-count metadata declared" in \
+            assert "more than the 1 blocks its header's block_count declared" in \
                 e.value.details()
             # Declared right, the same stream is stored whole; the server still serves.
-            ok = stub.PutBlocks(requests(), timeout=30, metadata=(
-                ("turbokv-namespace-id", "%016x" % ns.namespace_id),
-                ("turbokv-block-count", "2")))
+            ok = stub.PutBlocks(requests(block_count=2), timeout=30)
             assert [r.code for r in ok.results] == [0, 0]
-            # An unknown id in the metadata is ignored: the messages' namespace decides.
-            ok = stub.PutBlocks(requests(), timeout=30, metadata=(
-                ("turbokv-namespace-id", "%016x" % (ns.namespace_id ^ 1)),))
+            # No header: read the same way.
+            ok = stub.PutBlocks(requests(), timeout=30)
             assert [r.code for r in ok.results] == [0, 0]
-            # Another namespace in the metadata than the messages name fails the stream.
-            other = client.register_namespace("budget-test-other", preset="k4v4-g32", **SHAPE)
+            # A header on a later message than the first fails the stream.
             with pytest.raises(grpc.RpcError) as e:
-                stub.PutBlocks(requests(), timeout=30, metadata=(
-                    ("turbokv-namespace-id", "%016x" % other.namespace_id),))
+                stub.PutBlocks(requests(block_count=2, header_on=1), timeout=30)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "only the first may" in e.value.details()
+            # Another namespace in a later message than the first names fails the stream.
+            other = client.register_namespace("budget-test-other", preset="k4v4-g32", **SHAPE)
+
+            def mixed():
+                yield from _chunks(ns.namespace_id, hashes[0], data[0])
+                yield from _chunks(other.namespace_id, hashes[1], data[1])
+
+            with pytest.raises(grpc.RpcError) as e:
+                stub.PutBlocks(mixed(), timeout=30)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "is not the stream's namespace" in e.value.details()
     finally:
@@ -145,8 +155,8 @@ def _in_flight_bytes(server):
     raise AssertionError("no turbokv_in_flight_bytes in /metrics")
 
 
-@pytest.mark.parametrize("with_metadata", [True, False])
-def test_one_block_larger_than_the_stream_window_is_stored(tmp_path, with_metadata):
+@pytest.mark.parametrize("with_header", [True, False])
+def test_one_block_larger_than_the_stream_window_is_stored(tmp_path, with_header):
     # 64 MiB raw + 18 MiB packed is more than a stream's 64 MiB window of uncommitted bytes.
     # A stream used to pause mid-block until a commit, which only a whole block makes: the put
     # hung until its deadline, kept its budget, and the server could not shut down.
@@ -162,10 +172,10 @@ def test_one_block_larger_than_the_stream_window_is_stored(tmp_path, with_metada
         assert ns.raw_block_bytes == 64 << 20
         (block,) = _blocks(1, seed=4, shape=shape)
         h = os.urandom(32)
-        if with_metadata:
+        if with_header:
             r = client.put_blocks(ns.namespace_id, [h], [block], timeout=60)
             assert r[0].code == StatusCode.OK, r
-        else:  # per-message reservations (a client that sends no metadata)
+        else:  # a client that sends no header
             with grpc.insecure_channel(s.address) as channel:
                 resp = pb_grpc.TurboKVStub(channel).PutBlocks(
                     _chunks(ns.namespace_id, h, block.tobytes()), timeout=60)

@@ -522,26 +522,34 @@ class Client(AsyncCalls):
             return []
         chunk = self.max_chunk_bytes
 
+        # The stream's header rides on its first message: with the block count the server
+        # reads the end of the stream without reserving in-flight budget (PutBlocksHeader).
+        header = pb.PutBlocksHeader(block_count=len(payloads))
+
         def requests() -> Iterator[Any]:
+            first = True
             for h, data in zip(hashes, payloads):
                 n = len(data)
                 if isinstance(data, bytes) and n <= chunk:
-                    yield pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h,
+                    msg = pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h,
                                               encoding=encoding, block_bytes=n, offset=0,
                                               data=data)
+                    if first:
+                        msg.header.CopyFrom(header)
+                        first = False
+                    yield msg
                     continue
                 view = memoryview(data)
                 for off in range(0, max(n, 1), chunk):
-                    yield pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h,
+                    msg = pb.PutBlocksRequest(namespace_id=ns_id, block_hash=h,
                                               encoding=encoding, block_bytes=n, offset=off,
                                               data=bytes(view[off:off + chunk]))
+                    if first:
+                        msg.header.CopyFrom(header)
+                        first = False
+                    yield msg
 
-        # The namespace and block count up front: the server sizes the stream's read window
-        # for the namespace's blocks and reads the end of the stream without a reservation.
-        metadata = (("turbokv-namespace-id", "%016x" % ns_id),
-                    ("turbokv-block-count", str(len(payloads))))
-        resp = self._call(lambda t: self._stub.PutBlocks(requests(), timeout=t,
-                                                         metadata=metadata), deadline)
+        resp = self._call(lambda t: self._stub.PutBlocks(requests(), timeout=t), deadline)
         if len(resp.results) != len(payloads):
             raise TurboKVError(StatusCode.INTERNAL, "PutBlocks returned %d results for "
                                "%d blocks" % (len(resp.results), len(payloads)))
