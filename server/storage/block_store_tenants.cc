@@ -89,23 +89,25 @@ std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t p
   for (uint32_t t = 0; t < tenant_names_.size(); ++t) {
     const NamespaceUsage u = index_.TenantUsage(t);
     if (u.blocks == 0 && t != putter) continue;
-    Load load{t, static_cast<int64_t>(u.charge) + tenant_reserved_[t].charge, 0};
+    Load load{t, static_cast<int64_t>(u.charge) + tenant_reserved_[t].charge,
+              std::numeric_limits<uint64_t>::max()};
     if (t == putter) load.charge += growth;
-    const uint64_t quota = QuotaOf(t);
-    load.cap = std::numeric_limits<uint64_t>::max();
-    if (quota != 0) {
-      // The charged bytes of a quota's worth of its blocks (about 1:1 for a tenant without).
-      const double ratio = u.value_bytes > 0 ? static_cast<double>(u.charge) /
-                                                   static_cast<double>(u.value_bytes)
-                                             : 1.0;
-      load.cap = static_cast<uint64_t>(static_cast<double>(quota) * ratio);
-    }
     loads.push_back(load);
   }
   if (loads.size() <= 1) {
     // One tenant: the global policy, exactly as without tenants.
     policy_->SelectVictims(bytes, std::nullopt, evictable, &out);
     return out;
+  }
+  for (Load& load : loads) {
+    if (const uint64_t quota = QuotaOf(load.tenant); quota != 0) {
+      // The charged bytes of a quota's worth of its blocks (1:1 for a tenant without blocks).
+      const NamespaceUsage u = index_.TenantUsage(load.tenant);
+      const double ratio = u.value_bytes > 0 ? static_cast<double>(u.charge) /
+                                                   static_cast<double>(u.value_bytes)
+                                             : 1.0;
+      load.cap = static_cast<uint64_t>(static_cast<double>(quota) * ratio);
+    }
   }
   // Max-min fair shares (water-filling): the smallest caps first, each tenant the lesser of
   // its cap and an equal part of what is left.
