@@ -303,6 +303,14 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       auto lease = leases_.find(slot);
       return lease == leases_.end() || lease->second <= now;
     };
+    // The victims picked so far: later blocks' selections go on from them (a chain whose
+    // tail is picked can lose its next block too).
+    auto victim_slots = [&] {
+      std::vector<uint32_t> slots;
+      slots.reserve(victims.size());
+      for (const Superseded& v : victims) slots.push_back(v.slot);
+      return slots;
+    };
     auto take = [&](const std::vector<uint32_t>& picked, bool for_quota) {
       for (uint32_t v : picked) {
         victim_set.insert(v);
@@ -369,7 +377,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       };
       if (quota != 0 && tenant_projected() > static_cast<int64_t>(quota)) {
         take(PickQuotaVictims(tenant, static_cast<uint64_t>(tenant_projected()) - quota,
-                              evictable),
+                              victim_slots(), evictable),
              /*for_quota=*/true);
         if (tenant_projected() > static_cast<int64_t>(quota)) {
           refuse(absl::ResourceExhaustedError(absl::StrCat(
@@ -384,7 +392,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       const auto growth = static_cast<int64_t>(charge) - static_cast<int64_t>(credit);
       if (on_disk() > static_cast<int64_t>(high)) {
         take(PickCapacityVictims(static_cast<uint64_t>(on_disk() - static_cast<int64_t>(low)),
-                                 tenant, growth, evictable),
+                                 tenant, growth, victim_slots(), evictable),
              /*for_quota=*/false);
       }
       if (projected() > static_cast<int64_t>(capacity)) {

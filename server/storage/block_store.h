@@ -357,12 +357,16 @@ class BlockStore {
   void ReleaseTenantReservations(const absl::flat_hash_map<uint32_t, InFlight>& added);
   // Victims among `tenant`'s blocks whose packed bytes add up to at least `value_bytes` (or
   // all evictable ones), least valuable first.
+  // `prior`: the victims the put picked already (refused by `evictable`; the policy lets their
+  // parents follow).
   std::vector<uint32_t> PickQuotaVictims(uint32_t tenant, uint64_t value_bytes,
+                                         const std::vector<uint32_t>& prior,
                                          EvictablePredicate evictable);
   // Victims of at least `bytes` charged bytes for capacity, by the tenants' shares (see
   // "Tenants"). `putter`: the putting tenant; `growth`: charged bytes its put adds on top of
   // what ReservedOf already holds.
   std::vector<uint32_t> PickCapacityVictims(uint64_t bytes, uint32_t putter, int64_t growth,
+                                            const std::vector<uint32_t>& prior,
                                             EvictablePredicate evictable);
 
   const StorageOptions options_;

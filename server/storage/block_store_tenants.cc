@@ -1,6 +1,7 @@
 // BlockStore's tenants (quotas, shares of the capacity: block_store.h, "Tenants") and its
 // statistics.
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <utility>
 
@@ -46,6 +47,7 @@ NamespaceUsage BlockStore::TenantUsage(std::string_view tenant) const {
 }
 
 std::vector<uint32_t> BlockStore::PickQuotaVictims(uint32_t tenant, uint64_t value_bytes,
+                                                   const std::vector<uint32_t>& prior,
                                                    EvictablePredicate evictable) {
   // The policy counts charges, which are more than the packed bytes: ask for the charges of
   // `value_bytes` at the tenant's ratio, and for twice as much until the packed bytes listed
@@ -59,25 +61,30 @@ std::vector<uint32_t> BlockStore::PickQuotaVictims(uint32_t tenant, uint64_t val
   auto ask = static_cast<uint64_t>(static_cast<double>(value_bytes) * std::max(ratio, 1.0)) + 1;
   std::vector<uint32_t> out;
   for (;;) {
-    out.clear();
+    out = prior;
     const uint64_t listed = policy_->SelectVictims(ask, tenant, evictable, &out);
     // Any prefix of the list is safe to evict (children come before their parents).
     uint64_t freed = 0;
-    size_t k = 0;
+    size_t k = prior.size();
     while (k < out.size() && freed < value_bytes) freed += index_.at(out[k++]).location.value_bytes;
-    if (freed >= value_bytes) {
-      out.resize(k);
-      return out;
+    if (freed >= value_bytes || listed < ask) {  // enough, or every evictable block is listed
+      return std::vector<uint32_t>(out.begin() + static_cast<ptrdiff_t>(prior.size()),
+                                   out.begin() + static_cast<ptrdiff_t>(k));
     }
-    if (listed < ask) return out;  // every evictable block of the tenant is listed
     ask *= 2;
   }
 }
 
 std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t putter,
                                                       int64_t growth,
+                                                      const std::vector<uint32_t>& prior,
                                                       EvictablePredicate evictable) {
-  std::vector<uint32_t> out;
+  // The policy sees `prior` and each step's picks as listed already (their parents can follow);
+  // what is returned is the new part.
+  std::vector<uint32_t> out = prior;
+  auto fresh_part = [&] {
+    return std::vector<uint32_t>(out.begin() + static_cast<ptrdiff_t>(prior.size()), out.end());
+  };
   // The tenants holding blocks or putting, with what they hold and their caps.
   struct Load {
     uint32_t tenant;
@@ -97,7 +104,7 @@ std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t p
   if (loads.size() <= 1) {
     // One tenant: the global policy, exactly as without tenants.
     policy_->SelectVictims(bytes, std::nullopt, evictable, &out);
-    return out;
+    return fresh_part();
   }
   for (Load& load : loads) {
     if (const uint64_t quota = QuotaOf(load.tenant); quota != 0) {
@@ -153,7 +160,7 @@ std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t p
       policy_->SelectVictims(bytes - freed, std::nullopt, fresh, &out);
     }
   }
-  return out;
+  return fresh_part();
 }
 
 // ---- statistics ----------------------------------------------------------------------------

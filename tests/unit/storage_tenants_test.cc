@@ -156,6 +156,39 @@ TEST_F(TenantsTest, ALoweredQuotaEvictsWholeChainsFromTheirTails) {
   EXPECT_EQ(s->TenantUsage("b").blocks, 4u);
 }
 
+TEST_F(TenantsTest, OnePutCallTakesChainsFromTheirTailsAcrossItsBlocks) {
+  // One call of 10 blocks into a store of four 4-block chains: its blocks need 8 victims,
+  // more than there are chain tails. A block's selection goes on from the blocks the call's
+  // earlier blocks picked (their parents follow), so every block fits. (Each selection used to
+  // start afresh, where a picked tail's parent still had a child: the 6th block was refused.)
+  for (const char* policy : {"lrfu", "lru"}) {
+    SCOPED_TRACE(policy);
+    testing::TempDir dir;
+    const uint64_t c = ChargeOfOneBlock();
+    StorageOptions o = Options(20 * c + c / 2);  // high 19.475c, low 18.45c
+    o.data_dir = dir.path();
+    o.eviction_policy = policy;
+    auto s = Open(o);
+    Register(*s, kA1, "");
+    std::vector<std::string> values;
+    for (int i = 0; i < 26; ++i) values.push_back(Value());
+    auto put_chain = [&](int first, int n) {
+      std::vector<std::string> hashes;
+      for (int i = 0; i < n; ++i) hashes.push_back(HashOf(first + i));
+      std::vector<BlockStore::BlockWrite> writes;
+      for (int i = 0; i < n; ++i) writes.push_back({hashes[i], values[first + i]});
+      return s->PutBlocks(kA1, writes);
+    };
+    for (int c4 = 0; c4 < 4; ++c4) {
+      for (const absl::Status& r : put_chain(4 * c4, 4)) ASSERT_TRUE(r.ok()) << r;
+    }
+    const std::vector<absl::Status> r = put_chain(16, 10);
+    for (size_t i = 0; i < r.size(); ++i) EXPECT_TRUE(r[i].ok()) << i << ": " << r[i];
+    EXPECT_GE(s->Stats().evicted_blocks, 7u);
+    EXPECT_LE(s->Stats().used_bytes, s->Stats().capacity_bytes);
+  }
+}
+
 TEST_F(TenantsTest, TheQuotaHoldsUnderConcurrentPuts) {
   quota_a_ = 10 * kValueBytes;
   auto s = Open(Options());
