@@ -196,6 +196,10 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
       std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes,
                                 backend.cpu_name);
   TURBOKV_ASSIGN_OR_RETURN(auth_, Authenticator::Create(options.auth, *prometheus_));
+  // The store keeps each tenant within its quota as its puts commit (block_store.h,
+  // "Tenants"); the quotas follow the token file as it is re-read.
+  store_->SetTenantQuotas(
+      [auth = auth_.get()](std::string_view tenant) { return auth->QuotaBytes(tenant); });
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (options.auth.tls()) {
     TURBOKV_ASSIGN_OR_RETURN(tls_, TlsCredentials::Create(options.auth, auth_.get(), *prometheus_));
@@ -331,6 +335,7 @@ void Server::Shutdown() {
   }
   tls_.reset();
   exposer_.reset();
+  if (store_ != nullptr) store_->SetTenantQuotas(nullptr);  // before the quotas' source goes
   auth_.reset();
   watchdog_.reset();  // every call is done: nothing is armed
   budget_.reset();

@@ -147,6 +147,11 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
       gauge("turbokv_rocksdb_pending_compaction_bytes", "RocksDB estimated pending compaction");
   evictions_ = counter("turbokv_evictions_total", "Blocks evicted to stay under capacity");
   evicted_bytes_ = counter("turbokv_evicted_bytes_total", "Charged bytes evicted");
+  quota_evictions_ = counter("turbokv_quota_evictions_total",
+                             "Blocks a tenant's puts evicted from its own to stay within its quota "
+                             "(included in turbokv_evictions_total)");
+  quota_evicted_bytes_ = counter("turbokv_quota_evicted_bytes_total",
+                                 "Charged bytes of turbokv_quota_evictions_total");
   expirations_ = counter("turbokv_expired_blocks_total", "Blocks deleted by namespace TTL");
   checksum_failures_ = counter("turbokv_checksum_failures_total",
                                "Stored blocks that failed verification on read (deleted)");
@@ -296,6 +301,8 @@ void Metrics::UpdateStore(const StoreStats& stats, const DbStats& db) {
   Advance(write_resumes_, stats.write_resumes, &seen_write_resumes_);
   Advance(evictions_, stats.evicted_blocks, &seen_evictions_);
   Advance(evicted_bytes_, stats.evicted_bytes, &seen_evicted_bytes_);
+  Advance(quota_evictions_, stats.quota_evicted_blocks, &seen_quota_evictions_);
+  Advance(quota_evicted_bytes_, stats.quota_evicted_bytes, &seen_quota_evicted_bytes_);
   Advance(expirations_, stats.expired_blocks, &seen_expirations_);
   Advance(checksum_failures_, stats.checksum_failures, &seen_checksum_failures_);
 }

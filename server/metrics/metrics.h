@@ -136,6 +136,8 @@ class Metrics {
   prometheus::Gauge* rocksdb_pending_compaction_bytes_;
   prometheus::Counter* evictions_;
   prometheus::Counter* evicted_bytes_;
+  prometheus::Counter* quota_evictions_;
+  prometheus::Counter* quota_evicted_bytes_;
   prometheus::Counter* expirations_;
   prometheus::Counter* checksum_failures_;
   prometheus::Gauge* repair_access_;
@@ -157,6 +159,8 @@ class Metrics {
   std::mutex mu_;        // guards the last-seen store totals below
   uint64_t seen_evictions_ = 0;
   uint64_t seen_evicted_bytes_ = 0;
+  uint64_t seen_quota_evictions_ = 0;
+  uint64_t seen_quota_evicted_bytes_ = 0;
   uint64_t seen_expirations_ = 0;
   uint64_t seen_checksum_failures_ = 0;
   uint64_t seen_write_resumes_ = 0;

@@ -11,7 +11,6 @@ namespace turbokv::server {
 namespace {
 
 constexpr char kCanonicalTag[] = "turbokv/ns/v1";
-constexpr char kTenantTag[] = "\xfftenant";
 
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -162,39 +161,6 @@ absl::StatusOr<CanonicalNamespace> Canonicalize(const v1::NamespaceDescriptor& i
   return out;
 }
 
-namespace {
-
-// The stored record's bytes: the tenant (when not "") in front of the serialized descriptor.
-std::string EncodeStoredDescriptor(const v1::NamespaceDescriptor& d, std::string_view tenant) {
-  std::string out;
-  if (!tenant.empty()) {
-    out.append(kTenantTag);
-    PutStr(&out, tenant);
-  }
-  out.append(d.SerializeAsString());
-  return out;
-}
-
-// Splits a stored record into tenant and descriptor bytes; false when it is malformed.
-bool DecodeStoredDescriptor(std::string_view stored, std::string* tenant,
-                            std::string_view* descriptor) {
-  tenant->clear();
-  const std::string_view tag(kTenantTag);
-  if (stored.substr(0, tag.size()) == tag) {
-    stored.remove_prefix(tag.size());
-    if (stored.size() < 4) return false;
-    uint32_t n = 0;
-    for (int i = 0; i < 4; ++i) n |= uint32_t{static_cast<uint8_t>(stored[i])} << (8 * i);
-    stored.remove_prefix(4);
-    if (stored.size() < n) return false;
-    tenant->assign(stored.substr(0, n));
-    stored.remove_prefix(n);
-  }
-  *descriptor = stored;
-  return true;
-}
-
-}  // namespace
 
 std::string CanonicalBytes(const v1::NamespaceDescriptor& d, std::string_view tenant) {
   std::string b;
@@ -265,10 +231,8 @@ absl::StatusOr<std::shared_ptr<const Namespace>> NamespaceRegistry::Build(
 absl::Status NamespaceRegistry::Load() {
   for (const NamespaceRecord& r : store_->ListNamespaces()) {
     v1::NamespaceDescriptor d;
-    std::string tenant;
-    std::string_view descriptor_bytes;
-    if (!DecodeStoredDescriptor(r.descriptor, &tenant, &descriptor_bytes) ||
-        !d.ParseFromArray(descriptor_bytes.data(), static_cast<int>(descriptor_bytes.size()))) {
+    const std::string& tenant = r.tenant;
+    if (!d.ParseFromArray(r.descriptor.data(), static_cast<int>(r.descriptor.size()))) {
       return absl::DataLossError(absl::StrCat(
           "stored descriptor of namespace ", absl::Hex(r.id, absl::kZeroPad16), " does not parse"));
     }
@@ -352,7 +316,8 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
   }
   NamespaceRecord record;
   record.id = id;
-  record.descriptor = EncodeStoredDescriptor(ns->descriptor, tenant);
+  record.tenant = std::string(tenant);
+  record.descriptor = ns->descriptor.SerializeAsString();
   record.ttl_seconds = ns->descriptor.ttl_seconds();
   record.logical_block_bytes = ns->codec.raw_bytes();
   TURBOKV_RETURN_IF_ERROR(store_->PutNamespace(record));

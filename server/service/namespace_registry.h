@@ -23,8 +23,9 @@
 // of one tenant's prefix from another is a true miss in the store, not a refused hit. A
 // namespace of another tenant is answered exactly like an unregistered one (NotFound,
 // UnknownNamespace's message); only an admin sees and uses every tenant's namespaces.
-// The stored record keeps the tenant in front of the descriptor ("\xfftenant" u32 length +
-// tenant, then the serialized descriptor; 0xff never starts a serialized protobuf message).
+// The stored record (NamespaceRecord) carries the tenant and the serialized descriptor; the
+// store owns their encoding (namespace_table.h) and counts the namespace's blocks against the
+// tenant's quota and share of the capacity (block_store.h, "Tenants").
 // ttl_seconds is a storage policy, not part of the identity: it is excluded, registering an
 // existing namespace with another ttl_seconds updates the ttl, and registering it without
 // ttl_seconds keeps the ttl it has. Clients never need to

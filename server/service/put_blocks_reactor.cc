@@ -404,27 +404,15 @@ void PutBlocksReactor::StartBlock(v1::PutBlocksRequest& req) {
 
 absl::Status PutBlocksReactor::CheckQuota() {
   if (ctx_->auth == nullptr) return absl::OkStatus();
+  // The store keeps the tenant within its quota as blocks commit (evicting the tenant's own
+  // blocks: block_store.h, "Tenants"); a block larger than the whole quota could never be
+  // stored, so it is refused before its bytes are read.
   const uint64_t quota = ctx_->auth->QuotaBytes(caller_.tenant);
-  if (quota == 0) return absl::OkStatus();
-  // What the tenant stored when this stream's first block arrived plus every block this
-  // stream has stored, is storing or has accepted since, plus this block: the check the
-  // stream's start made, repeated per block, so that one stream cannot overshoot by its own
-  // size. The tenant's stored bytes are read once: read again per block they would already
-  // include a commit in flight that committing_blocks_ still counts (a block that fits refused
-  // early). (Overwrites are counted as new bytes, deletes during the stream not credited:
-  // conservative.)
   const uint64_t block = ns_->codec.packed_bytes();
-  if (!quota_base_.has_value()) quota_base_ = ctx_->registry->TenantStoredBytes(caller_.tenant);
-  const uint64_t stored = *quota_base_;
-  uint64_t in_flight = (stored_blocks_ + committing_blocks_) * block;
-  for (const BlockPtr& p : pending_) {
-    if (!p->failed) in_flight += block;
-  }
-  if (stored + in_flight + block <= quota) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "this tenant stores ", stored, " bytes (", in_flight,
-      " more in this stream), another block of ", block, " bytes is over its quota of ", quota,
-      " bytes: delete blocks or drop namespaces first (or let them expire)"));
+  if (quota == 0 || block <= quota) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("a block of this namespace is ", block, " packed bytes, over this tenant's "
+                   "quota of ", quota, " bytes"));
 }
 
 void PutBlocksReactor::AppendChunk(v1::PutBlocksRequest& req) {
@@ -648,7 +636,6 @@ void PutBlocksReactor::MaybeCommit() {
   const bool ends_request =
       pending_.empty() && current_ == nullptr && (reading_done_ || AllDeclaredBlocksIn());
   committing_ = true;
-  committing_blocks_ = batch.size();
   ++tasks_;
   const bool queued = ctx_->io_pool->Submit(
       [self = Ref(this), batch, ends_request] { self->CommitTask(batch, ends_request); },
@@ -657,13 +644,11 @@ void PutBlocksReactor::MaybeCommit() {
         self->ctx_->metrics->RecordInternalFailure();
         for (const BlockPtr& b : batch) self->FailBlock(b, status);
         self->committing_ = false;
-        self->committing_blocks_ = 0;
         --self->tasks_;
         self->Settle(l);
       });
   if (!queued) {
     committing_ = false;
-    committing_blocks_ = 0;
     --tasks_;
     for (const BlockPtr& b : batch) FailBlock(b, PoolFull(*ctx_->io_pool));
   }
@@ -689,7 +674,6 @@ void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks, bool ends_reques
       continue;
     }
     results_[b->index].set_stored_bytes(b->value().size());
-    ++stored_blocks_;
     held_bytes_ -= b->charge;
     to_release_ += b->charge;
     b->charge = 0;
@@ -697,7 +681,6 @@ void PutBlocksReactor::CommitTask(std::vector<BlockPtr> blocks, bool ends_reques
     std::string().swap(b->data);
   }
   committing_ = false;
-  committing_blocks_ = 0;
   --tasks_;
   Settle(l);
 }

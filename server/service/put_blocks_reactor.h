@@ -33,8 +33,10 @@
 // an encoding other than RAW/PACKED, block_bytes that is not the namespace's raw/packed size,
 // chunks out of order or overrunning the block, a block cut short by the next block or by the
 // end of the stream (INVALID_ARGUMENT; the block is not stored), a malformed packed block
-// (INVALID_ARGUMENT or DATA_LOSS), no room (RESOURCE_EXHAUSTED), a block that would take the
-// tenant past its quota (RESOURCE_EXHAUSTED), a full worker queue (RESOURCE_EXHAUSTED). The RPC fails only when the stream as a whole is unusable: unknown
+// (INVALID_ARGUMENT or DATA_LOSS), no room (RESOURCE_EXHAUSTED), a block that does not fit in
+// the tenant's quota even after evicting the tenant's own evictable blocks, or that is larger
+// than the whole quota (RESOURCE_EXHAUSTED), a full worker queue (RESOURCE_EXHAUSTED). The RPC
+// fails only when the stream as a whole is unusable: unknown
 // namespace (NOT_FOUND), namespace_id changing within the stream (INVALID_ARGUMENT), no
 // in-flight budget (RESOURCE_EXHAUSTED), shutdown (UNAVAILABLE), a bug caught by the exception
 // barrier (INTERNAL). Blocks of a failed RPC may have been stored but are not acknowledged.
@@ -84,7 +86,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   // All below require mu_ unless noted.
   void HandleMessage(v1::PutBlocksRequest& req);
   void StartBlock(v1::PutBlocksRequest& req);
-  // RESOURCE_EXHAUSTED when this block would take the caller's tenant past its byte quota.
+  // RESOURCE_EXHAUSTED when a block of the namespace is larger than the caller's tenant's
+  // whole quota (the store keeps the tenant within it by evicting its own blocks).
   [[nodiscard]] absl::Status CheckQuota();
   void AppendChunk(v1::PutBlocksRequest& req);
   void FeedSections(const BlockPtr& b, std::string data);
@@ -167,9 +170,6 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   bool committing_ = false;
   // The request's place in its chain across the store calls (one at a time) it takes.
   BlockStore::ChainCursor chain_;
-  uint64_t committing_blocks_ = 0;  // blocks of the commit in flight (counted by CheckQuota)
-  uint64_t stored_blocks_ = 0;      // blocks this stream has committed (counted by CheckQuota)
-  std::optional<uint64_t> quota_base_;  // the tenant's stored bytes at the first CheckQuota
   bool read_pending_ = false;
   bool paused_ = false;
   bool reading_done_ = false;

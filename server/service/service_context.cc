@@ -49,17 +49,6 @@ absl::StatusOr<Principal> Authenticate(ServiceContext& ctx, const grpc::ServerCo
   return ctx.auth->Authenticate(context, RpcMethodName(method));
 }
 
-absl::Status CheckTenantQuota(const ServiceContext& ctx, const Principal& caller) {
-  if (ctx.auth == nullptr) return absl::OkStatus();
-  const uint64_t quota = ctx.auth->QuotaBytes(caller.tenant);
-  if (quota == 0) return absl::OkStatus();
-  const uint64_t stored = ctx.registry->TenantStoredBytes(caller.tenant);
-  if (stored < quota) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "this tenant stores ", stored, " bytes, its quota is ", quota,
-      " bytes: delete blocks or drop namespaces first (or let them expire)"));
-}
-
 absl::Status CheckHashCount(const ServiceContext& ctx, size_t count) {
   if (count <= ctx.limits.max_hashes_per_call) return absl::OkStatus();
   return absl::ResourceExhaustedError(

@@ -85,9 +85,6 @@ absl::StatusOr<Principal> Authenticate(ServiceContext& ctx, const grpc::ServerCo
 std::optional<std::chrono::steady_clock::time_point> DefaultDeadline(
     const ServiceContext& ctx, const grpc::ServerContextBase& context);
 
-// RESOURCE_EXHAUSTED when `caller`'s tenant has a byte quota and stores that much already.
-absl::Status CheckTenantQuota(const ServiceContext& ctx, const Principal& caller);
-
 // RESOURCE_EXHAUSTED when a call names more than limits.max_hashes_per_call hashes.
 absl::Status CheckHashCount(const ServiceContext& ctx, size_t count);
 

@@ -112,10 +112,10 @@ grpc::ServerUnaryReactor* TurboKvService::RegisterNamespace(
 grpc::ServerReadReactor<v1::PutBlocksRequest>* TurboKvService::PutBlocks(
     grpc::CallbackServerContext* context, v1::PutBlocksResponse* response) {
   absl::StatusOr<Principal> caller = Authenticate(*ctx_, *context, RpcMethod::kPutBlocks);
-  absl::Status refused = caller.ok() ? CheckTenantQuota(*ctx_, *caller) : caller.status();
-  if (!refused.ok()) {
+  // No quota check here: the store keeps the tenant within its quota as blocks commit.
+  if (!caller.ok()) {
     return new RefusedReactor<grpc::ServerReadReactor<v1::PutBlocksRequest>>(
-        ctx_, RpcMethod::kPutBlocks, refused);
+        ctx_, RpcMethod::kPutBlocks, caller.status());
   }
   return new PutBlocksReactor(ctx_, context, response, *std::move(caller));
 }

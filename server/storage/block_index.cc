@@ -1,5 +1,6 @@
 #include "server/storage/block_index.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -28,8 +29,34 @@ bool BlockIndex::SlotEq::operator()(uint32_t a, const KeyRef& b) const {
 uint32_t BlockIndex::NamespaceSlot(uint64_t namespace_id) {
   auto [it, inserted] =
       namespace_slots_.try_emplace(namespace_id, static_cast<uint32_t>(namespace_ids_.size()));
-  if (inserted) namespace_ids_.push_back(namespace_id);
+  if (inserted) {
+    namespace_ids_.push_back(namespace_id);
+    namespace_tenants_.push_back(0);
+  }
   return it->second;
+}
+
+void BlockIndex::SetNamespaceTenant(uint64_t namespace_id, uint32_t tenant) {
+  const uint32_t ns = NamespaceSlot(namespace_id);
+  const uint32_t old = namespace_tenants_[ns];
+  if (old == tenant) return;
+  namespace_tenants_[ns] = tenant;
+  const uint32_t most = std::max(old, tenant);
+  if (tenant_usage_.size() <= most) tenant_usage_.resize(most + 1);
+  if (auto it = usage_.find(namespace_id); it != usage_.end()) {
+    const NamespaceUsage& u = it->second;
+    tenant_usage_[old].blocks -= u.blocks;
+    tenant_usage_[old].value_bytes -= u.value_bytes;
+    tenant_usage_[old].charge -= u.charge;
+    tenant_usage_[tenant].blocks += u.blocks;
+    tenant_usage_[tenant].value_bytes += u.value_bytes;
+    tenant_usage_[tenant].charge += u.charge;
+  }
+}
+
+uint32_t BlockIndex::NamespaceTenant(uint64_t namespace_id) const {
+  const uint32_t ns = FindNamespaceSlot(namespace_id);
+  return ns == kNoSlot ? 0 : namespace_tenants_[ns];
 }
 
 uint32_t BlockIndex::FindNamespaceSlot(uint64_t namespace_id) const {
@@ -73,6 +100,12 @@ uint32_t BlockIndex::Insert(uint64_t namespace_id, std::string_view hash, uint64
   u.blocks += 1;
   u.value_bytes += location.value_bytes;
   u.charge += charge;
+  const uint32_t tenant = namespace_tenants_[e.namespace_slot];
+  if (tenant_usage_.size() <= tenant) tenant_usage_.resize(tenant + 1);
+  NamespaceUsage& t = tenant_usage_[tenant];
+  t.blocks += 1;
+  t.value_bytes += location.value_bytes;
+  t.charge += charge;
   used_bytes_ += charge;
   value_bytes_ += location.value_bytes;
   blocks_ += 1;
@@ -102,6 +135,10 @@ void BlockIndex::Erase(uint32_t slot) {
   it->second.value_bytes -= e.location.value_bytes;
   it->second.charge -= charge;
   if (it->second.blocks == 0) usage_.erase(it);
+  NamespaceUsage& t = tenant_usage_[namespace_tenants_[e.namespace_slot]];
+  t.blocks -= 1;
+  t.value_bytes -= e.location.value_bytes;
+  t.charge -= charge;
   used_bytes_ -= charge;
   value_bytes_ -= e.location.value_bytes;
   blocks_ -= 1;

@@ -64,6 +64,16 @@ class BlockIndex {
   // kNoSlot when the namespace has no slot.
   uint32_t FindNamespaceSlot(uint64_t namespace_id) const;
   uint64_t NamespaceId(uint32_t namespace_slot) const { return namespace_ids_[namespace_slot]; }
+  // The namespace's tenant (BlockStore's dense tenant number; 0 until set). Its blocks'
+  // usage moves to the new tenant.
+  void SetNamespaceTenant(uint64_t namespace_id, uint32_t tenant);
+  uint32_t NamespaceTenant(uint64_t namespace_id) const;
+  // The tenant of the block in `slot` (in use).
+  uint32_t tenant(uint32_t slot) const { return namespace_tenants_[at(slot).namespace_slot]; }
+  // What a tenant's blocks hold (zeros for a tenant without blocks).
+  NamespaceUsage TenantUsage(uint32_t tenant) const {
+    return tenant < tenant_usage_.size() ? tenant_usage_[tenant] : NamespaceUsage{};
+  }
 
   // The slot holding (namespace, hash), or kNoSlot.
   uint32_t Find(uint64_t namespace_id, std::string_view hash) const;
@@ -126,6 +136,8 @@ class BlockIndex {
   uint32_t slot_limit_ = 0;
   absl::flat_hash_set<uint32_t, SlotHash, SlotEq> keys_;
   std::vector<uint64_t> namespace_ids_;  // by namespace slot
+  std::vector<uint32_t> namespace_tenants_;  // by namespace slot
+  std::vector<NamespaceUsage> tenant_usage_;  // by tenant
   absl::flat_hash_map<uint64_t, uint32_t> namespace_slots_;
   absl::flat_hash_map<uint64_t, NamespaceUsage> usage_;
   uint64_t used_bytes_ = 0;

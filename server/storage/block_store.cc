@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -59,6 +60,7 @@ struct Superseded {
   uint32_t slot;
   uint64_t sequence;
   RecordLocation location;
+  bool for_quota = false;  // a victim evicted to keep its tenant within its quota
 };
 
 }  // namespace
@@ -154,6 +156,17 @@ RequestInfo BlockStore::InfoFor(const ChainCursor& chain, int64_t now) const {
 
 absl::Status BlockStore::PutNamespace(const NamespaceRecord& record) {
   const uint32_t old_ttl = namespaces_->TtlSeconds(record.id);
+  if (std::optional<NamespaceRecord> old = namespaces_->Get(record.id);
+      old.has_value() && old->tenant != record.tenant) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "namespace ", absl::Hex(record.id, absl::kZeroPad16), " belongs to tenant \"",
+        old->tenant, "\", not \"", record.tenant, "\" (a namespace's tenant is fixed)"));
+  }
+  {
+    // Before the record is visible: a put to the namespace counts to its tenant.
+    std::lock_guard<std::mutex> l(mu_);
+    index_.SetNamespaceTenant(record.id, TenantNumber(record.tenant));
+  }
   TURBOKV_RETURN_IF_ERROR(namespaces_->Put(record, clock_->NowSeconds()));
   if (old_ttl != record.ttl_seconds) {
     // Rare (a re-registration with another ttl_seconds): requeue the namespace's blocks.
@@ -256,26 +269,56 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
 
   // 1. Under the index lock: claim the keys (a concurrent writer of one of them waits, so the
   //    index sees the writes of a key in the order RocksDB commits them), reserve capacity and
-  //    pick victims (claimed too, so nobody re-puts or reads one as damaged meanwhile).
+  //    the tenant's quota, and pick victims (claimed too, so nobody re-puts or reads one as
+  //    damaged meanwhile).
   std::unique_lock<std::mutex> l(mu_);
   AcquireKeys(l, locked);
   NumberRequest(chain);
+  const uint32_t tenant = index_.NamespaceTenant(namespace_id);
+  const uint64_t quota = QuotaOf(tenant);
   std::vector<size_t> accepted;
   std::vector<Superseded> victims;
   std::vector<std::string> victim_keys;
   absl::flat_hash_set<uint32_t> victim_set;
   int64_t reserved = 0;  // net growth reserved for this call
+  // What this call added to tenant_reserved_ (taken back when it publishes or gives up).
+  absl::flat_hash_map<uint32_t, InFlight> tenant_reserved;
+  auto reserve_for = [&](uint32_t t, int64_t value_bytes, int64_t charge) {
+    InFlight& all = ReservedOf(t);
+    all.value_bytes += value_bytes;
+    all.charge += charge;
+    InFlight& mine = tenant_reserved[t];
+    mine.value_bytes += value_bytes;
+    mine.charge += charge;
+  };
   {
     const uint64_t capacity = options_.capacity_bytes;
     const auto high =
         static_cast<uint64_t>(static_cast<double>(capacity) * options_.high_watermark);
     const auto low = static_cast<uint64_t>(static_cast<double>(capacity) * options_.low_watermark);
     uint64_t freeing = 0;  // charges of the victims picked so far
-    absl::flat_hash_map<std::string_view, uint64_t> accepted_charge;
+    absl::flat_hash_map<std::string_view, std::pair<uint64_t, uint64_t>> accepted_size;
     auto evictable = [&](uint32_t slot) {
       if (victim_set.contains(slot) || chain->own.contains(slot) || Busy(slot)) return false;
       auto lease = leases_.find(slot);
       return lease == leases_.end() || lease->second <= now;
+    };
+    // The victims picked so far: later blocks' selections go on from them (a chain whose
+    // tail is picked can lose its next block too).
+    auto victim_slots = [&] {
+      std::vector<uint32_t> slots;
+      slots.reserve(victims.size());
+      for (const Superseded& v : victims) slots.push_back(v.slot);
+      return slots;
+    };
+    auto take = [&](const std::vector<uint32_t>& picked, bool for_quota) {
+      for (uint32_t v : picked) {
+        victim_set.insert(v);
+        victims.push_back({v, index_.at(v).sequence, index_.at(v).location, for_quota});
+        freeing += index_.charge(v);
+        reserve_for(index_.tenant(v), -int64_t{index_.at(v).location.value_bytes},
+                    -static_cast<int64_t>(index_.charge(v)));
+      }
     };
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (!results[i].ok()) continue;
@@ -290,11 +333,13 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       shape.hash_bytes = static_cast<uint8_t>(blocks[i].hash.size());
       shape.value_bytes = static_cast<uint32_t>(blocks[i].value.size());
       const uint64_t charge = BlockCharge(shape);
-      uint64_t credit = 0;  // the charge of the block this one replaces
-      if (auto it = accepted_charge.find(keys[i]); it != accepted_charge.end()) {
-        credit = it->second;
+      uint64_t credit = 0;        // the charge of the block this one replaces
+      uint64_t credit_value = 0;  // ... and its packed bytes
+      if (auto it = accepted_size.find(keys[i]); it != accepted_size.end()) {
+        std::tie(credit, credit_value) = it->second;
       } else if (uint32_t old = index_.Find(namespace_id, blocks[i].hash); old != kNoSlot) {
         credit = index_.charge(old);
+        credit_value = index_.at(old).location.value_bytes;
       }
       auto projected = [&] {
         return static_cast<int64_t>(index_.used_bytes()) + reserved_bytes_ -
@@ -305,43 +350,67 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       // beyond their estimates; measured by the maintenance pass), so the capacity bounds
       // the disk.
       auto on_disk = [&] { return projected() + static_cast<int64_t>(disk_overhead_bytes_); };
+      // The tenant's packed bytes with this block, and what its puts in flight add.
+      auto tenant_projected = [&] {
+        return static_cast<int64_t>(index_.TenantUsage(tenant).value_bytes) +
+               ReservedOf(tenant).value_bytes - static_cast<int64_t>(credit_value) +
+               static_cast<int64_t>(shape.value_bytes);
+      };
       const size_t victims_before = victims.size();
       const uint64_t freeing_before = freeing;
-      if (on_disk() > static_cast<int64_t>(high)) {
-        const auto need = static_cast<uint64_t>(on_disk() - static_cast<int64_t>(low));
-        std::vector<uint32_t> picked;
-        policy_->SelectVictims(need, std::nullopt, evictable, &picked);
-        for (uint32_t v : picked) {
-          victim_set.insert(v);
-          victims.push_back({v, index_.at(v).sequence, index_.at(v).location});
-          freeing += index_.charge(v);
-        }
-      }
-      if (projected() > static_cast<int64_t>(capacity)) {
-        // Does not fit even with everything evictable gone: evict nothing for it.
+      auto refuse = [&](absl::Status why) {
+        // Evict nothing for a block that does not fit.
         for (size_t k = victims_before; k < victims.size(); ++k) {
-          victim_set.erase(victims[k].slot);
+          const uint32_t v = victims[k].slot;
+          victim_set.erase(v);
+          reserve_for(index_.tenant(v), int64_t{index_.at(v).location.value_bytes},
+                      static_cast<int64_t>(index_.charge(v)));
         }
         victims.resize(victims_before);
         freeing = freeing_before;
-        const uint64_t used = index_.used_bytes() + std::max<int64_t>(reserved_bytes_, 0);
-        results[i] = absl::ResourceExhaustedError(absl::StrCat(
-            "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ",
-            capacity,
-            " capacity bytes are in use or reserved by writes in flight, and none of them is "
-            "evictable (leased, written by a request in flight, or an earlier block of this "
-            "request's prefix chain)"));
+        results[i] = std::move(why);
         if (refused_log_.Due(now)) {
           spdlog::warn("put refused (RESOURCE_EXHAUSTED, {} since the last such line): {}",
                        refused_log_.TakeCount(), std::string(results[i].message()));
         }
         chain->refused_room = true;
-        continue;
+      };
+      if (quota != 0 && tenant_projected() > static_cast<int64_t>(quota)) {
+        take(PickQuotaVictims(tenant, static_cast<uint64_t>(tenant_projected()) - quota,
+                              victim_slots(), evictable),
+             /*for_quota=*/true);
+        if (tenant_projected() > static_cast<int64_t>(quota)) {
+          refuse(absl::ResourceExhaustedError(absl::StrCat(
+              "block of ", blocks[i].value.size(), " bytes does not fit in this tenant's quota of ",
+              quota, " bytes: it stores ", index_.TenantUsage(tenant).value_bytes, " bytes (",
+              std::max<int64_t>(ReservedOf(tenant).value_bytes, 0),
+              " more being written) and none of them is evictable (leased, being written, or "
+              "an earlier block of this request's prefix chain)")));
+          continue;
+        }
       }
       const auto growth = static_cast<int64_t>(charge) - static_cast<int64_t>(credit);
+      if (on_disk() > static_cast<int64_t>(high)) {
+        take(PickCapacityVictims(static_cast<uint64_t>(on_disk() - static_cast<int64_t>(low)),
+                                 tenant, growth, victim_slots(), evictable),
+             /*for_quota=*/false);
+      }
+      if (projected() > static_cast<int64_t>(capacity)) {
+        // Does not fit even with everything evictable gone.
+        const uint64_t used = index_.used_bytes() + std::max<int64_t>(reserved_bytes_, 0);
+        refuse(absl::ResourceExhaustedError(absl::StrCat(
+            "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ",
+            capacity,
+            " capacity bytes are in use or reserved by writes in flight, and none of them is "
+            "evictable (leased, written by a request in flight, an earlier block of this "
+            "request's prefix chain, or another tenant's within its share)")));
+        continue;
+      }
       reserved += growth;
       reserved_bytes_ += growth;
-      accepted_charge[keys[i]] = charge;
+      reserve_for(tenant, static_cast<int64_t>(shape.value_bytes) -
+                              static_cast<int64_t>(credit_value), growth);
+      accepted_size[keys[i]] = {charge, shape.value_bytes};
       accepted.push_back(i);
     }
   }
@@ -367,6 +436,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   auto give_back = [&](absl::Status s) {
     l.lock();
     reserved_bytes_ -= reserved;
+    ReleaseTenantReservations(tenant_reserved);
     for (size_t i : accepted) results[i] = s;
     ReleaseKeys(locked);
     ReleaseKeys(victim_keys);
@@ -438,6 +508,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   std::vector<RecordLocation> garbage;  // records appended but not published
   l.lock();
   reserved_bytes_ -= reserved;
+  ReleaseTenantReservations(tenant_reserved);
   if (events_ != nullptr) {
     // Gone whatever the write did: the victims, and with a failed write the blocks the put
     // was replacing (a successful one reports them stored below).
@@ -457,6 +528,10 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     if (s.ok()) {
       evicted_blocks_ += 1;
       evicted_bytes_ += BlockCharge(v.location);
+      if (v.for_quota) {
+        quota_evicted_blocks_ += 1;
+        quota_evicted_bytes_ += BlockCharge(v.location);
+      }
     }
   }
   for (const Superseded& o : overwritten) {
@@ -497,7 +572,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       policy_->OnInsert(slot, parent, Fingerprint(slot),
                         static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
                                                                  UINT32_MAX)),
-                        /*tenant=*/0, info);
+                        tenant, info);
       chain->own.insert(slot);
       chain->last_slot = slot;
       chain->last_sequence = records[k].sequence;
@@ -747,67 +822,6 @@ void BlockStore::ReportRemoved(std::vector<uint32_t> slots, RemovalReason reason
     }
     events_->OnBlocksRemoved(index_.NamespaceId(ns_slot), hashes, reason);
   }
-}
-
-// ---- statistics ----------------------------------------------------------------------------
-
-StoreStats BlockStore::Stats() const {
-  StoreStats s;
-  s.capacity_bytes = options_.capacity_bytes;
-  const std::vector<NamespaceRecord> records = namespaces_->List();
-  std::lock_guard<std::mutex> l(mu_);
-  s.used_bytes = index_.used_bytes();
-  s.value_bytes = index_.value_bytes();
-  s.blocks = index_.blocks();
-  s.evicted_blocks = evicted_blocks_;
-  s.evicted_bytes = evicted_bytes_;
-  s.expired_blocks = expired_blocks_;
-  s.checksum_failures = checksum_failures_;
-  s.repair = repair_;
-  s.disk_bytes = disk_usage_.total();
-  s.write_resumes = write_resumes_;
-  for (const NamespaceRecord& r : records) {
-    NamespaceStatsEntry n;
-    n.record = r;
-    if (auto it = index_.usage().find(r.id); it != index_.usage().end()) {
-      n.blocks = it->second.blocks;
-      n.value_bytes = it->second.value_bytes;
-    }
-    n.logical_bytes = n.blocks * r.logical_block_bytes;
-    s.logical_bytes += n.logical_bytes;
-    s.namespaces.push_back(std::move(n));
-  }
-  return s;
-}
-
-uint64_t BlockStore::StoredValueBytes(absl::Span<const uint64_t> namespace_ids) const {
-  uint64_t bytes = 0;
-  std::lock_guard<std::mutex> l(mu_);
-  for (uint64_t id : namespace_ids) {
-    if (auto it = index_.usage().find(id); it != index_.usage().end()) {
-      bytes += it->second.value_bytes;
-    }
-  }
-  return bytes;
-}
-
-DbStats BlockStore::GetDbStats() const {
-  DbStats d;
-  for (rocksdb::ColumnFamilyHandle* cf :
-       {cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_, cf_namespaces_copy_}) {
-    uint64_t v = 0;
-    if (db_->GetIntProperty(cf, "rocksdb.total-sst-files-size", &v)) d.sst_bytes += v;
-    if (db_->GetIntProperty(cf, "rocksdb.estimate-pending-compaction-bytes", &v)) {
-      d.pending_compaction_bytes += v;
-    }
-  }
-  d.value_log_bytes = log_->AllocatedBytes();
-  d.value_log_segments = log_->SegmentCount();
-  std::lock_guard<std::mutex> l(mu_);
-  d.block_index_memory_bytes = index_.MemoryBytes();
-  d.policy_memory_bytes = policy_->MemoryBytes();
-  d.index_memory_bytes = d.block_index_memory_bytes + d.policy_memory_bytes;
-  return d;
 }
 
 }  // namespace turbokv::server

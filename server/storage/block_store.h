@@ -39,6 +39,27 @@
 // request, down to low_watermark; a block that does not fit even then fails with
 // ResourceExhausted.
 //
+// Tenants. Every namespace belongs to a tenant (NamespaceRecord::tenant, fixed when the
+// namespace is first stored); a tenant's usage is the sum over its namespaces. Quotas come
+// from SetTenantQuotas: packed value bytes a tenant may store. Both rules below are applied
+// when a put commits its blocks, under the store's lock, so concurrent puts cannot overshoot:
+//   * Quota. A block that would take its tenant's stored bytes (with what the tenant's puts
+//     in flight add) above the quota evicts that tenant's own least valuable blocks first
+//     (the same policy, filtered by tenant; never another tenant's). A block that does not
+//     fit in the quota even then (the rest are leased, being written or earlier blocks of the
+//     same request) fails with ResourceExhausted naming the quota. So a tenant stores at most
+//     its quota, and at most one block more only after its quota was lowered.
+//   * Share of the capacity (evictions for capacity, above high_watermark). A tenant's share
+//     is max-min fair: what eviction works down to (low_watermark x capacity, less RocksDB's
+//     measured overhead) divided equally among the tenants that hold blocks or are putting,
+//     except that a tenant with a quota gets no more than its quota (counted in charged bytes
+//     at its blocks' ratio of charged to packed bytes) and what it leaves is divided equally
+//     among the others. Victims come from the tenants above their share first (the most above
+//     first, each down to its share), then from the putting tenant's own blocks, and from
+//     every tenant's blocks together only when no tenant is left above its share. So a tenant
+//     within its share never loses blocks to another tenant's puts while a tenant above its
+//     share holds blocks. With one tenant this is the global policy, unchanged.
+//
 // Thread safety: all methods are thread-safe. One mutex guards the index, the policy and the
 // side tables; it is never held across I/O. A write claims its keys under it (a second writer
 // of the same key waits, so the index sees a key's writes in commit order), reserves capacity
@@ -112,8 +133,10 @@ struct StoreStats {
   uint64_t value_bytes = 0;  // packed bytes of all values
   uint64_t blocks = 0;
   uint64_t logical_bytes = 0;
-  uint64_t evicted_blocks = 0;                  // since open
+  uint64_t evicted_blocks = 0;                  // since open, for capacity or quota
   uint64_t evicted_bytes = 0;                   // charged bytes evicted since open
+  uint64_t quota_evicted_blocks = 0;            // ... of which to keep a tenant in its quota
+  uint64_t quota_evicted_bytes = 0;
   uint64_t expired_blocks = 0;                  // TTL expiries since open
   uint64_t checksum_failures = 0;               // since open
   RepairReport repair;                          // what the open repaired
@@ -158,6 +181,11 @@ struct PinnedValue {
   std::string_view bytes;
 };
 
+// The quota of a tenant: packed value bytes its namespaces may store; 0 = none (only its
+// share of the capacity). Called under the store's lock by puts: it must be cheap and
+// thread-safe and must not call the store.
+using TenantQuotaFn = std::function<uint64_t(std::string_view tenant)>;
+
 // Checks one stored value before it is returned (the server passes the codec's
 // VerifyPackedChecksum). Non-OK = corrupt.
 using ValueVerifier = std::function<absl::Status(absl::Span<const uint8_t> value)>;
@@ -182,6 +210,8 @@ class BlockStore {
   BlockStore& operator=(const BlockStore&) = delete;
 
   // Creates or updates a namespace record (durably, whatever the durability option says).
+  // InvalidArgument when the namespace exists with another tenant (a namespace's tenant is
+  // fixed).
   [[nodiscard]] absl::Status PutNamespace(const NamespaceRecord& record);
   std::optional<NamespaceRecord> GetNamespace(uint64_t id) const;
   std::vector<NamespaceRecord> ListNamespaces() const;  // sorted by id
@@ -251,6 +281,12 @@ class BlockStore {
   // call it directly.
   [[nodiscard]] absl::Status RunMaintenance();
 
+  // Where quotas come from (see "Tenants" above); null (the default): no tenant has one. Takes
+  // effect from the next put.
+  void SetTenantQuotas(TenantQuotaFn quotas);
+  // What the namespaces of `tenant` hold (zeros for a tenant without blocks). O(1).
+  NamespaceUsage TenantUsage(std::string_view tenant) const;
+
   StoreStats Stats() const;
   // Packed value bytes stored in the namespaces `namespace_ids` (kept per namespace as blocks
   // come and go: O(ids), no copy of the namespace table). Thread-safe.
@@ -307,6 +343,32 @@ class BlockStore {
   uint64_t NumberRequest(ChainCursor* chain);
   RequestInfo InfoFor(const ChainCursor& chain, int64_t now) const;
 
+  // Tenants (block_store_tenants.cc). All require mu_.
+  // The dense number of tenant `name` (0 is ""), assigned on first use.
+  uint32_t TenantNumber(std::string_view name);
+  uint64_t QuotaOf(uint32_t tenant) const;  // 0: none
+  // Growth reserved by puts in flight, net of the victims they picked, by tenant.
+  struct InFlight {
+    int64_t value_bytes = 0;
+    int64_t charge = 0;
+  };
+  InFlight& ReservedOf(uint32_t tenant);
+  // Takes back what one put added to tenant_reserved_.
+  void ReleaseTenantReservations(const absl::flat_hash_map<uint32_t, InFlight>& added);
+  // Victims among `tenant`'s blocks whose packed bytes add up to at least `value_bytes` (or
+  // all evictable ones), least valuable first.
+  // `prior`: the victims the put picked already (refused by `evictable`; the policy lets their
+  // parents follow).
+  std::vector<uint32_t> PickQuotaVictims(uint32_t tenant, uint64_t value_bytes,
+                                         const std::vector<uint32_t>& prior,
+                                         EvictablePredicate evictable);
+  // Victims of at least `bytes` charged bytes for capacity, by the tenants' shares (see
+  // "Tenants"). `putter`: the putting tenant; `growth`: charged bytes its put adds on top of
+  // what ReservedOf already holds.
+  std::vector<uint32_t> PickCapacityVictims(uint64_t bytes, uint32_t putter, int64_t growth,
+                                            const std::vector<uint32_t>& prior,
+                                            EvictablePredicate evictable);
+
   const StorageOptions options_;
   const ValueVerifier verifier_;
   const Clock* const clock_;
@@ -356,6 +418,12 @@ class BlockStore {
   DiskUsage disk_usage_;              // the last measurement
   uint64_t evicted_blocks_ = 0;
   uint64_t evicted_bytes_ = 0;
+  uint64_t quota_evicted_blocks_ = 0;
+  uint64_t quota_evicted_bytes_ = 0;
+  TenantQuotaFn quotas_;  // may be null
+  absl::flat_hash_map<std::string, uint32_t> tenant_numbers_;
+  std::vector<std::string> tenant_names_;  // by number; [0] = ""
+  std::vector<InFlight> tenant_reserved_;  // by number
   uint64_t expired_blocks_ = 0;
   uint64_t checksum_failures_ = 0;
   uint64_t write_resumes_ = 0;

@@ -72,7 +72,11 @@ BlockStore::BlockStore(const StorageOptions& options, ValueVerifier verifier, co
       verifier_(std::move(verifier)),
       clock_(clock != nullptr ? clock : SystemClock()),
       events_(events),
-      disk_(options) {}
+      disk_(options),
+      tenant_names_{""},
+      tenant_reserved_(1) {
+  tenant_numbers_[""] = 0;
+}
 
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOptions& options,
                                                              ValueVerifier verifier,
@@ -222,6 +226,10 @@ absl::Status BlockStore::Recover() {
     bool cached_known = false;
     uint32_t cached_ttl = 0;
     std::lock_guard<std::mutex> l(mu_);
+    // Tenants first: a block's usage is counted to its namespace's tenant as it is inserted.
+    for (const NamespaceRecord& r : namespaces_->List()) {
+      index_.SetNamespaceTenant(r.id, TenantNumber(r.tenant));
+    }
     index_.Reserve(estimate);
     for (meta->SeekToFirst(); meta->Valid(); meta->Next()) {
       const rocksdb::Slice key = meta->key();
@@ -284,8 +292,11 @@ absl::Status BlockStore::Recover() {
     // used, so it starts from the order the store had.
     std::sort(order.begin(), order.end());
     policy_->Reserve(index_.slot_limit());
+    // With one tenant every block's is 0 (no visit of its index entry).
+    const bool tenants = tenant_names_.size() > 1;
     for (const Restart& r : order) {
-      policy_->OnInsert(r.slot, kNoSlot, r.fingerprint, r.charge, /*tenant=*/0, RequestInfo{});
+      policy_->OnInsert(r.slot, kNoSlot, r.fingerprint, r.charge,
+                        tenants ? index_.tenant(r.slot) : 0, RequestInfo{});
     }
     next_touch_ = order.empty() ? 1 : order.back().touch + 1;
     open_timings_.policy = watch.Lap();
@@ -389,7 +400,7 @@ absl::Status BlockStore::MigrateLegacyValues(std::vector<std::string> keys) {
       policy_->OnInsert(slot, kNoSlot, Fingerprint(slot),
                         static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
                                                                  UINT32_MAX)),
-                        /*tenant=*/0, RequestInfo{});
+                        index_.tenant(slot), RequestInfo{});
       if (namespaces_->TtlSeconds(records[k].namespace_id) != 0) {
         ++ttl_blocks_;
         QueueExpiry(slot);

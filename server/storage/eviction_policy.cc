@@ -99,7 +99,10 @@ void LruPolicy::OnErase(uint32_t slot, uint64_t /*fingerprint*/, EraseReason /*r
 
 uint64_t LruPolicy::SelectVictims(uint64_t bytes_needed, std::optional<uint32_t> tenant,
                                   EvictablePredicate evictable, std::vector<uint32_t>* out) {
-  const size_t first = out->size();
+  // Blocks *out lists already (an earlier selection of the same eviction) count as listed.
+  for (uint32_t s : *out) {
+    if (const uint32_t p = Live(s) ? ParentOf(s) : kNoSlot; p != kNoSlot) --nodes_[p].children;
+  }
   uint64_t listed = 0;
   // Walks from the least recent end. Listing a block takes it from its parent's count for the
   // rest of the walk, so a parent whose children are all listed is listed when the walk gets
@@ -113,8 +116,8 @@ uint64_t LruPolicy::SelectVictims(uint64_t bytes_needed, std::optional<uint32_t>
     listed += n.charge;
     if (const uint32_t p = ParentOf(s); p != kNoSlot) --nodes_[p].children;
   }
-  for (size_t i = first; i < out->size(); ++i) {
-    if (const uint32_t p = ParentOf((*out)[i]); p != kNoSlot) ++nodes_[p].children;
+  for (uint32_t s : *out) {
+    if (const uint32_t p = Live(s) ? ParentOf(s) : kNoSlot; p != kNoSlot) ++nodes_[p].children;
   }
   return listed;
 }

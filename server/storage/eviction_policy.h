@@ -88,8 +88,10 @@ class EvictionPolicy {
 
   // Appends to *out live blocks for which `evictable` is true (and whose tenant is `tenant`
   // when set), least valuable first, until their charges add up to at least `bytes_needed` or
-  // no such block is left; returns the charges listed. A block is listed only after all its
-  // live children, so evicting any prefix of the list in order never strands a child. Changes
+  // no such block is left; returns the charges listed (the appended ones). A block is listed
+  // only after all its live children, so evicting any prefix of the list in order never
+  // strands a child. Blocks *out holds already (live; an earlier selection for the same
+  // eviction, which `evictable` must refuse) count as listed: their parents can follow. Changes
   // nothing: the store evicts what it takes, calling OnErase(kEvicted) for each.
   virtual uint64_t SelectVictims(uint64_t bytes_needed, std::optional<uint32_t> tenant,
                                  EvictablePredicate evictable, std::vector<uint32_t>* out) = 0;

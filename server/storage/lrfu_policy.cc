@@ -308,6 +308,17 @@ uint64_t LrfuPolicy::SelectVictims(uint64_t bytes_needed, std::optional<uint32_t
   std::vector<Candidate> candidates;
   std::vector<uint32_t> lowered;
   if (!heap_.empty()) candidates.push_back({nodes_[heap_[0]].key, 0, true});
+  // Blocks *out lists already (an earlier selection of the same eviction) count as listed:
+  // a parent whose children are all there is a candidate.
+  for (uint32_t s : *out) {
+    const uint32_t p = Live(s) ? ParentOf(s) : kNoSlot;
+    if (p == kNoSlot || IsLeaf(p) || nodes_[p].pos_or_children == 0) continue;
+    lowered.push_back(p);
+    if (--nodes_[p].pos_or_children == 0) {
+      candidates.push_back({nodes_[p].key, p, false});
+      std::push_heap(candidates.begin(), candidates.end(), greater);
+    }
+  }
   uint64_t listed = 0;
   while (listed < bytes_needed && !candidates.empty()) {
     std::pop_heap(candidates.begin(), candidates.end(), greater);

@@ -1,6 +1,7 @@
 #include "server/storage/namespace_table.h"
 
 #include <algorithm>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,18 +37,47 @@ uint32_t GetFixed32LE(const char* p) {
   return v;
 }
 
-std::string EncodeV1(const NamespaceRecord& r) {
-  std::string v;
-  v.push_back(static_cast<char>(kRecordV1));
-  PutFixed32LE(&v, r.ttl_seconds);
-  PutFixed64LE(&v, r.logical_block_bytes);
-  v.append(r.descriptor);
-  return v;
+constexpr std::string_view kTenantTag = "\xfftenant";
+
+// The record's tenant (when not "") in front of its descriptor (namespace_table.h).
+void AppendTenantAndDescriptor(std::string* out, const NamespaceRecord& r) {
+  if (!r.tenant.empty()) {
+    out->append(kTenantTag);
+    PutFixed32LE(out, static_cast<uint32_t>(r.tenant.size()));
+    out->append(r.tenant);
+  }
+  out->append(r.descriptor);
 }
 
 absl::Status Malformed(uint64_t id, size_t bytes) {
   return absl::DataLossError(absl::StrCat("namespace record ", absl::Hex(id, absl::kZeroPad16),
                                           " is malformed (", bytes, " bytes)"));
+}
+
+// Splits AppendTenantAndDescriptor's bytes into r->tenant and r->descriptor.
+absl::Status SplitTenantAndDescriptor(uint64_t id, std::string_view bytes, NamespaceRecord* r) {
+  r->tenant.clear();
+  if (bytes.substr(0, kTenantTag.size()) == kTenantTag) {
+    std::string_view rest = bytes.substr(kTenantTag.size());
+    if (rest.size() < 4) return Malformed(id, bytes.size());
+    const uint32_t n = GetFixed32LE(rest.data());
+    rest.remove_prefix(4);
+    if (rest.size() < n) return Malformed(id, bytes.size());
+    r->tenant = std::string(rest.substr(0, n));
+    rest.remove_prefix(n);
+    bytes = rest;
+  }
+  r->descriptor = std::string(bytes);
+  return absl::OkStatus();
+}
+
+std::string EncodeV1(const NamespaceRecord& r) {
+  std::string v;
+  v.push_back(static_cast<char>(kRecordV1));
+  PutFixed32LE(&v, r.ttl_seconds);
+  PutFixed64LE(&v, r.logical_block_bytes);
+  AppendTenantAndDescriptor(&v, r);
+  return v;
 }
 
 }  // namespace
@@ -68,7 +98,8 @@ absl::StatusOr<NamespaceRecord> ParseNamespaceLogValue(uint64_t id, std::string_
   r.id = id;
   r.ttl_seconds = GetFixed32LE(value.data() + 1);
   r.logical_block_bytes = GetFixed64LE(value.data() + 5);
-  r.descriptor = std::string(value.substr(kV1Header, value.size() - kV1Header - 8));
+  TURBOKV_RETURN_IF_ERROR(
+      SplitTenantAndDescriptor(id, value.substr(kV1Header, value.size() - kV1Header - 8), &r));
   return r;
 }
 
@@ -82,7 +113,7 @@ std::string EncodeNamespaceValue(const NamespaceRecord& record, const RecordLoca
   PutFixed32LE(&v, location.page);
   PutFixed32LE(&v, location.value_bytes);
   PutFixed64LE(&v, sequence);
-  v.append(record.descriptor);
+  AppendTenantAndDescriptor(&v, record);
   return v;
 }
 
@@ -109,7 +140,7 @@ absl::StatusOr<NamespaceRecord> DecodeNamespaceValue(uint64_t id, std::string_vi
     *sequence = GetFixed64LE(v.data() + 25);
     descriptor_at = kV2Header;
   }
-  r.descriptor = std::string(v.substr(descriptor_at));
+  TURBOKV_RETURN_IF_ERROR(SplitTenantAndDescriptor(id, v.substr(descriptor_at), &r));
   return r;
 }
 

@@ -31,8 +31,14 @@ namespace turbokv::server {
 
 // What the store keeps about a namespace. The descriptor is opaque here (the service layer
 // stores its serialized canonical NamespaceDescriptor).
+//
+// The tenant owns the namespace's blocks: they count against its quota and its share of the
+// capacity (block_store.h, "Tenants"). It is stored in front of the descriptor bytes when not
+// "" ("\xfftenant", u32 little-endian length, the name; 0xff never starts a serialized
+// protobuf message), so records written before the field existed read back unchanged.
 struct NamespaceRecord {
   uint64_t id = 0;
+  std::string tenant;                // "" = no tenant (a server without authentication)
   std::string descriptor;            // opaque bytes
   uint32_t ttl_seconds = 0;          // 0: blocks never expire
   uint64_t logical_block_bytes = 0;  // raw bytes of one block in the namespace dtype

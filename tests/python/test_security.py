@@ -545,8 +545,10 @@ def test_namespace_limit_is_per_tenant(tmp_path):
 
 
 def test_tenant_quota(tmp_path):
-    from turbokv.errors import StatusCode, TurboKVError
-    quota = 100 * 1024  # raw blocks of this shape are 16 KiB + header
+    """A tenant at its quota keeps putting: the store evicts the tenant's own least valuable
+    blocks (never another tenant's), and refuses only what cannot fit in the quota at all."""
+    from turbokv.errors import StatusCode
+    quota = 100 * 1024  # raw blocks of this shape are 16 KiB + header: 6 fit
     path = _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A),
                                              "token %s tenant-b" % token_digest(TOKEN_B),
                                              "quota tenant-a %d" % quota])
@@ -554,20 +556,26 @@ def test_tenant_quota(tmp_path):
     try:
         a = _client(s.address, token=TOKEN_A)
         b = _client(s.address, token=TOKEN_B)
-        ns_a = a.register_namespace(model="m", preset="raw", **SHAPE).namespace_id
+        info = a.register_namespace(model="m", preset="raw", **SHAPE)
+        ns_a, block = info.namespace_id, info.packed_block_bytes
         ns_b = b.register_namespace(model="m", preset="raw", **SHAPE).namespace_id
-        assert a.stats().capacity_bytes == quota
+        assert a.stats().capacity_bytes == quota and quota // block == 6
         a.put_blocks(ns_a, _hashes(4, b"a"), _blocks(4))
-        # The second stream starts under the quota and stores only the blocks that fit.
+        # The second stream stores all four: the last two evict two of tenant-a's blocks.
         codes = [r.code for r in a.put_blocks(ns_a, _hashes(4, b"b"), _blocks(4))]
-        assert codes == [StatusCode.OK] * 2 + [StatusCode.RESOURCE_EXHAUSTED] * 2
-        # Other tenants are not limited by tenant-a's quota; deleting makes room again.
+        assert codes == [StatusCode.OK] * 4
+        st = a.stats()
+        assert st.blocks == 6 and st.used_bytes == 6 * block <= quota
+        assert a.lookup(ns_a, _hashes(4, b"b")).matched_blocks == 4
+        # The first chain lost its tail (the policy evicts a chain from its end): a0, a1 stay.
+        assert a.lookup(ns_a, _hashes(4, b"a")).matched_blocks == 2
+        # Other tenants are not limited by tenant-a's quota, and lose nothing to it.
         b.put_blocks(ns_b, _hashes(12, b"d"), _blocks(12))
-        assert a.delete_blocks(ns_a, _hashes(4, b"b")) == 2
-        assert [r.code for r in a.put_blocks(ns_a, _hashes(1, b"c"), _blocks(1))] == [
-            StatusCode.OK]
+        a.put_blocks(ns_a, _hashes(4, b"e"), _blocks(4))
+        assert b.stats().blocks == 12 and a.stats().blocks == 6
         # A quota lowered under what the tenant stores (token file re-read on SIGHUP): its
-        # next stream is refused as a whole, naming both numbers.
+        # next put evicts down to it; a request's own earlier blocks are never evicted for its
+        # later ones, so of a 4-block request only the first fits in 32 KiB.
         _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A),
                                           "token %s tenant-b" % token_digest(TOKEN_B),
                                           "quota tenant-a 32KiB"])
@@ -576,10 +584,10 @@ def test_tenant_quota(tmp_path):
         while a.stats().capacity_bytes != 32 * 1024:
             assert time.monotonic() < deadline, "lowered quota not read"
             time.sleep(0.05)
-        with pytest.raises(TurboKVError) as e:
-            a.put_blocks(ns_a, _hashes(4, b"c"), _blocks(4))
-        assert e.value.code == StatusCode.RESOURCE_EXHAUSTED
-        assert "quota is %d bytes" % (32 * 1024) in e.value.details
+        results = a.put_blocks(ns_a, _hashes(4, b"c"), _blocks(4))
+        assert [r.code for r in results] == [StatusCode.OK] + [StatusCode.RESOURCE_EXHAUSTED] * 3
+        assert "quota of %d bytes" % (32 * 1024) in results[1].message
+        assert a.stats().blocks == 1 and b.stats().blocks == 12
         a.close()
         b.close()
     finally:
@@ -587,8 +595,9 @@ def test_tenant_quota(tmp_path):
 
 
 def test_quota_holds_within_one_stream(tmp_path):
-    """One PutBlocks stream whose blocks together pass the quota: each block is checked as it
-    starts, so the stream stores what fits and the rest get RESOURCE_EXHAUSTED results."""
+    """One PutBlocks stream whose blocks together pass the quota: a request's own earlier blocks
+    are never evicted for its later ones, so the stream stores what fits and the rest get
+    RESOURCE_EXHAUSTED results naming the quota."""
     from turbokv.errors import StatusCode
     quota = 100 * 1024
     path = _token_file(tmp_path / "tokens", ["token %s tenant-a" % token_digest(TOKEN_A),
