@@ -154,7 +154,7 @@ class ReplayOptions:
     put_encoding: str = "raw"
     max_error_messages: int = 5
     progress_every_s: float = 0.0  # > 0: print a progress line this often
-    segment_blocks: int = 16
+    segment_blocks: int = 1
     split_at: int = 0
 
 

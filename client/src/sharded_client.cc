@@ -310,9 +310,13 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
       hs.push_back(hashes[i]);
       bs.push_back(blocks[i]);
     }
+    // A node without the call's last block gets only a middle part of the chain: its last
+    // block is not the request's last (CallOptions::chain_continues).
+    CallOptions node_call = call;
+    node_call.chain_continues = call.chain_continues || per_node[n].back() + 1 != hashes.size();
     return impl_->OnNode<std::vector<BlockPutResult>>(
         nodes[n], *clients[n], namespace_id,
-        [&](const Client& c) { return c.PutBlocks(namespace_id, hs, bs, encoding, call); });
+        [&](const Client& c) { return c.PutBlocks(namespace_id, hs, bs, encoding, node_call); });
   });
   std::vector<std::string> asked;
   std::vector<absl::Status> errors;

@@ -421,10 +421,11 @@ TEST_F(ClusterTest, ReplicatedLookupLooksPastEachNodesFirstMiss) {
   EXPECT_FALSE(GetPacked(*c, ns, {chain[k]}, *at_k)[0].has_value());
 }
 
-// Segment placement with the default segment_blocks (16): chains of 48 blocks (3 segments) sharing
+// Segment placement with segment_blocks 16: chains of 48 blocks (3 segments) sharing
 // their first 20 blocks, so the second segment straddles the fork.
 class SegmentTest : public ClusterTest {
  protected:
+  static constexpr int kSegmentBlocks = 16;
   static constexpr size_t kChainBlocks = 48;
   static constexpr size_t kShared = 20;
   static constexpr size_t kCallBlocks = 7;  // puts in calls that start inside segments
@@ -472,7 +473,7 @@ class SegmentTest : public ClusterTest {
 };
 
 TEST_F(SegmentTest, ChainRunsLiveTogetherAndLookupSpansSegments) {
-  std::unique_ptr<ShardedClient> c = Connect(1, kDefaultSegmentBlocks);
+  std::unique_ptr<ShardedClient> c = Connect(1, kSegmentBlocks);
   ASSERT_TRUE(c);
   std::vector<std::vector<std::string>> chains;
   std::vector<std::map<std::string, absl::Status>> results;
@@ -492,7 +493,7 @@ TEST_F(SegmentTest, ChainRunsLiveTogetherAndLookupSpansSegments) {
       absl::StatusOr<GetBlocksResult> got = (*direct)->GetBlocks(ns, chain, g);
       ASSERT_TRUE(got.ok()) << got.status();
       for (size_t i = 0; i < chain.size(); ++i) {
-        const bool owner = c->Owners(chain[i - i % kDefaultSegmentBlocks])[0] == node->address();
+        const bool owner = c->Owners(chain[i - i % kSegmentBlocks])[0] == node->address();
         EXPECT_EQ(got->blocks[i].has_value(), owner) << node->address() << " block " << i;
       }
     }
@@ -546,7 +547,7 @@ TEST_F(SegmentTest, ChainRunsLiveTogetherAndLookupSpansSegments) {
   for (const auto& chain : chains) {
     size_t want = 0;
     while (want < chain.size() &&
-           c->Owners(chain[want - want % kDefaultSegmentBlocks])[0] != dead &&
+           c->Owners(chain[want - want % kSegmentBlocks])[0] != dead &&
            !(chain == chains[0] && want == 25)) {
       ++want;
     }
@@ -559,7 +560,7 @@ TEST_F(SegmentTest, ChainRunsLiveTogetherAndLookupSpansSegments) {
   for (size_t p = 0; p < chains.size(); ++p) {
     for (size_t i = 0; i < chains[p].size(); ++i) {
       const absl::Status& st = again_results[p].at(chains[p][i]);
-      const bool on_dead = c->Owners(chains[p][i - i % kDefaultSegmentBlocks])[0] == dead;
+      const bool on_dead = c->Owners(chains[p][i - i % kSegmentBlocks])[0] == dead;
       EXPECT_EQ(st.ok(), !on_dead) << p << " " << i << " " << st;
       if (on_dead) {
         EXPECT_TRUE(absl::IsUnavailable(st)) << st;
@@ -571,7 +572,7 @@ TEST_F(SegmentTest, ChainRunsLiveTogetherAndLookupSpansSegments) {
 // R = 2: each segment has two owners; with one node killed every chain still matches whole and
 // every block comes back.
 TEST_F(SegmentTest, ReplicatedSegmentsSurviveANode) {
-  std::unique_ptr<ShardedClient> c = Connect(2, kDefaultSegmentBlocks);
+  std::unique_ptr<ShardedClient> c = Connect(2, kSegmentBlocks);
   ASSERT_TRUE(c);
   std::vector<std::vector<std::string>> chains;
   const uint64_t ns = PutChains(*c, "segments-r2", 3, &chains);

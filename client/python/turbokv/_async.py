@@ -98,19 +98,20 @@ class AsyncCalls:
                             out=out, chain=chain)
 
     def put_blocks_async(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
-                         timeout: float | None = None, *, chain: Any = None
+                         timeout: float | None = None, *, chain: Any = None,
+                         chain_continues: bool = False
                          ) -> concurrent.futures.Future[list[BlockResult]]:
         """:meth:`put_blocks` on the client's pool: a Future of the list of BlockResult.
         ``blocks`` is read while the call runs: do not modify it until the future is done."""
         return self._submit(getattr(self, "put_blocks"), timeout, namespace_id, hashes, blocks,
-                            chain=chain)
+                            chain=chain, chain_continues=chain_continues)
 
     def put_packed_blocks_async(self, namespace_id: int, hashes: Sequence[bytes],
                                 blocks: Sequence[Any], timeout: float | None = None, *,
-                                chain: Any = None
+                                chain: Any = None, chain_continues: bool = False
                                 ) -> concurrent.futures.Future[list[BlockResult]]:
-        """:meth:`put_packed_blocks` on the client's pool (``chain`` as in the blocking
-        calls)."""
+        """:meth:`put_packed_blocks` on the client's pool (``chain``, ``chain_continues`` as
+        in the blocking calls)."""
         return self._submit(getattr(self, "put_packed_blocks"), timeout, namespace_id, hashes,
-                            blocks, chain=chain)
+                            blocks, chain=chain, chain_continues=chain_continues)
 

@@ -477,7 +477,8 @@ class Client(AsyncCalls):
     # -- put ---------------------------------------------------------------------------------
     def put_blocks(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
                    timeout: float | None = None, *,
-                   chain: ChainContext | None = None) -> list[BlockResult]:
+                   chain: ChainContext | None = None,
+                   chain_continues: bool = False) -> list[BlockResult]:
         """Stores raw blocks: ``blocks[i]`` under ``hashes[i]``.
 
         Args:
@@ -488,6 +489,12 @@ class Client(AsyncCalls):
           chain: where ``hashes`` sit in their prefix chain. One server holds every block, so
             it is ignored here; it is accepted so that engines can drive a Client and a
             ShardedClient alike (see ``chain_context``).
+          chain_continues: the request puts more blocks of this chain after ``hashes`` (in
+            another call or on another node; ShardedClient sets it on the per-node calls that
+            do not hold its call's last block). Sent in the stream's header
+            (``PutBlocksHeader.chain_continues``): the server's eviction policy then does not
+            take the last of ``hashes`` for the request's last, partly filled block
+            (docs/cluster.md, "Placement").
         Returns:
           One :class:`BlockResult` per block, in order (a per-block failure is its ``code``).
         Raises:
@@ -507,25 +514,28 @@ class Client(AsyncCalls):
             items = blocks
         payloads = [_block_view(buffers.as_array(b, "blocks[%d]" % i), i, want, npdt,
                                 shape.dtype) for i, b in enumerate(items)]
-        return self._put(namespace_id, hashes, payloads, pb.ENCODING_RAW, deadline)
+        return self._put(namespace_id, hashes, payloads, pb.ENCODING_RAW, deadline,
+                         chain_continues)
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
                           blocks: Sequence[Any], timeout: float | None = None, *,
-                          chain: ChainContext | None = None) -> list[BlockResult]:
+                          chain: ChainContext | None = None,
+                          chain_continues: bool = False) -> list[BlockResult]:
         """Stores packed blocks (kernels/FORMAT.md) as they are: ``bytes`` or any
         C-contiguous buffer (uint8 arrays, CPU tensors). The server validates the header,
         namespace, codec and checksum (per-block INVALID_ARGUMENT otherwise).
-        Returns one :class:`BlockResult` per block. ``chain``: ignored (as in put_blocks)."""
+        Returns one :class:`BlockResult` per block. ``chain``: ignored, ``chain_continues`` as
+        in put_blocks."""
         namespace_id = _uint("namespace_id", namespace_id, 64)
         hashes = _block_hashes(hashes)
         payloads = [b if isinstance(b, bytes) else
                     buffers.byte_view(b, "blocks[%d]" % i).data
                     for i, b in enumerate(blocks)]
         return self._put(namespace_id, hashes, payloads, pb.ENCODING_PACKED,
-                         self._deadline(timeout))
+                         self._deadline(timeout), chain_continues)
 
     def _put(self, ns_id: int, hashes: Sequence[bytes], payloads: Sequence[Any], encoding: Any,
-             deadline: float) -> list[BlockResult]:
+             deadline: float, chain_continues: bool = False) -> list[BlockResult]:
         # ns_id and hashes come checked (_uint, _block_hashes) from put_blocks / put_packed_blocks.
         if len(hashes) != len(payloads):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(payloads)))
@@ -535,7 +545,7 @@ class Client(AsyncCalls):
 
         # The stream's header rides on its first message: with the block count the server
         # reads the end of the stream without reserving in-flight budget (PutBlocksHeader).
-        header = pb.PutBlocksHeader(block_count=len(payloads))
+        header = pb.PutBlocksHeader(block_count=len(payloads), chain_continues=chain_continues)
 
         def requests() -> Iterator[Any]:
             first = True

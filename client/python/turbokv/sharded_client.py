@@ -6,8 +6,12 @@
 
 Placement (sharding.py): a prefix chain is cut into segments of ``segment_blocks``
 consecutive blocks by position, and each block goes to the first ``replicas`` nodes of the
-rendezvous rank of its segment's first block, so one node holds whole runs of a chain (its
-eviction sees them together) and a Lookup asks fewer nodes. Placing a block needs its position
+rendezvous rank of its segment's first block. The default, 1, places each block by its own
+hash, which spreads every chain and so the load evenly over the nodes and hits best
+(docs/cluster.md, "Placement"); longer segments keep runs of a chain on one node, so a Lookup
+asks fewer nodes. A put's per-node calls that do not hold its last block carry
+``chain_continues``, so each server's eviction policy sees the request's last block where a
+single server would. Placing a block needs its position
 in the chain, so every call that takes hashes assumes they start their chain (``hashes[0]`` at
 position 0) unless ``chain=`` says where they sit (a :class:`turbokv.sharding.ChainContext`;
 ``chain_context(whole_chain, start)`` builds it). The engines' pattern::
@@ -326,25 +330,32 @@ class ShardedClient(AsyncCalls):
     # -- put ---------------------------------------------------------------------------------
     def put_blocks(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
                    timeout: float | None = None, *,
-                   chain: sharding.ChainContext | None = None) -> list[BlockResult]:
+                   chain: sharding.ChainContext | None = None,
+                   chain_continues: bool = False) -> list[BlockResult]:
         """Client.put_blocks over the cluster (see the module docstring for the results).
-        ``chain``: where ``hashes`` sit in their chain (default: they start it)."""
+        ``chain``: where ``hashes`` sit in their chain (default: they start it).
+        ``chain_continues``: as in Client.put_blocks; the per-node calls without the last of
+        ``hashes`` carry it anyway (their last block is a middle part of the chain)."""
         if isinstance(blocks, (list, tuple)):
             items = list(blocks)
         else:
             arr = buffers.as_array(blocks, "blocks")
             items = list(arr) if arr.ndim == 6 else [arr]
-        return self._put(namespace_id, hashes, items, chain,
-                         lambda c, hs, bs: c.put_blocks(namespace_id, hs, bs, timeout))
+        return self._put(namespace_id, hashes, items, chain, chain_continues,
+                         lambda c, hs, bs, more: c.put_blocks(namespace_id, hs, bs, timeout,
+                                                              chain_continues=more))
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
                           blocks: Sequence[Any], timeout: float | None = None, *,
-                          chain: sharding.ChainContext | None = None) -> list[BlockResult]:
-        """Client.put_packed_blocks over the cluster (``chain`` as in put_blocks)."""
-        return self._put(namespace_id, hashes, list(blocks), chain,
-                         lambda c, hs, bs: c.put_packed_blocks(namespace_id, hs, bs, timeout))
+                          chain: sharding.ChainContext | None = None,
+                          chain_continues: bool = False) -> list[BlockResult]:
+        """Client.put_packed_blocks over the cluster (``chain``, ``chain_continues`` as in
+        put_blocks)."""
+        return self._put(namespace_id, hashes, list(blocks), chain, chain_continues,
+                         lambda c, hs, bs, more: c.put_packed_blocks(
+                             namespace_id, hs, bs, timeout, chain_continues=more))
 
-    def _put(self, ns_id, hashes, blocks, chain, put) -> list[BlockResult]:
+    def _put(self, ns_id, hashes, blocks, chain, chain_continues, put) -> list[BlockResult]:
         hashes = _block_hashes(hashes)
         if len(hashes) != len(blocks):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(blocks)))
@@ -356,7 +367,10 @@ class ShardedClient(AsyncCalls):
         for i, o in enumerate(own):
             for n in o:
                 per_node.setdefault(n, []).append(i)
-        work = {n: (lambda c, idx=idx: put(c, [hashes[i] for i in idx], [blocks[i] for i in idx]))
+        # A node without the last block gets a middle part of the chain (chain_continues).
+        last = len(hashes) - 1
+        work = {n: (lambda c, idx=idx: put(c, [hashes[i] for i in idx], [blocks[i] for i in idx],
+                                           chain_continues or idx[-1] != last))
                 for n, idx in per_node.items()}
         results = self._fan_out(ns_id, work)
         self._raise_if_none_answered(results, nodes)

@@ -41,8 +41,9 @@ import socket
 from collections.abc import Sequence
 
 DNS_PREFIX = "dns:///"
-#: Default segment length in blocks (docs/cluster.md, "Placement": chosen by measurement).
-DEFAULT_SEGMENT_BLOCKS = 16
+#: Default segment length in blocks: 1, each block by its own hash, which balances the nodes
+#: best and hits best in the cache replay benchmark (docs/cluster.md, "Placement").
+DEFAULT_SEGMENT_BLOCKS = 1
 #: Largest segment_blocks accepted.
 MAX_SEGMENT_BLOCKS = 1 << 20
 

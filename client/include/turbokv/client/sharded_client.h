@@ -2,8 +2,12 @@
 //
 // Placement (rendezvous.h): a prefix chain is cut into segments of
 // ShardedClientOptions::segment_blocks consecutive blocks by position, and each block goes to the
-// first R nodes of the rendezvous rank of its segment's first block, so one node holds whole runs
-// of a chain (its eviction sees them together) and a Lookup asks fewer nodes.
+// first R nodes of the rendezvous rank of its segment's first block. The default, 1, places each
+// block by its own hash, which spreads every chain and so the load evenly over the nodes and hits
+// best (docs/cluster.md, "Placement"); longer segments keep runs of a chain on one node, so a
+// Lookup asks fewer nodes. A PutBlocks call's per-node calls that do not hold its last block carry
+// CallOptions::chain_continues, so each server's eviction policy sees the request's last block
+// where a single server would.
 //
 // Chain context: placing a block needs its position in the chain, so every call that takes hashes
 // takes a ChainContext (last argument) saying where hashes[0] sits; the default says hashes[0] is
@@ -73,7 +77,7 @@ struct ShardedClientOptions {
   // Copies of each block (R). Range [1, 16]; capped at the number of nodes. Default: 1.
   int replicas = 1;
   // Blocks of a chain placed together (S, rendezvous.h). Range [1, kMaxSegmentBlocks]; 1 places
-  // each block by its own hash. Default: kDefaultSegmentBlocks (16).
+  // each block by its own hash. Default: kDefaultSegmentBlocks (1).
   int segment_blocks = kDefaultSegmentBlocks;
   // How long a node that failed is skipped. Range [0, 1 h]. Default: 5 s.
   absl::Duration node_down = absl::Seconds(5);
