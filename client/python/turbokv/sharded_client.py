@@ -11,10 +11,12 @@ hash, which spreads every chain and so the load evenly over the nodes and hits b
 (docs/cluster.md, "Placement"); longer segments keep runs of a chain on one node, so a Lookup
 asks fewer nodes. A put's per-node calls that do not hold its last block carry
 ``chain_continues``, so each server's eviction policy sees the request's last block where a
-single server would. Placing a block needs its position
-in the chain, so every call that takes hashes assumes they start their chain (``hashes[0]`` at
-position 0) unless ``chain=`` says where they sit (a :class:`turbokv.sharding.ChainContext`;
-``chain_context(whole_chain, start)`` builds it). The engines' pattern::
+single server would.
+
+Placing a block needs its position in the chain, so every call that takes hashes assumes they
+start their chain (``hashes[0]`` at position 0) unless ``chain=`` says where they sit (a
+:class:`turbokv.sharding.ChainContext`; ``chain_context(whole_chain, start)`` builds it). The
+engines' pattern::
 
     m = c.lookup(ns, chain).matched_blocks                  # the chain from its head
     got = c.get_blocks(ns, chain[:m])                       # starts at the head too
