@@ -9,7 +9,7 @@
 // chain's real match unless --no-touch-past-match), a GetBlocks of the chain's leading match, a
 // PutBlocks per node of the rest (a block that does not fit refuses the node's rest); every
 // call its own request number, parents only within a call (the server's ChainCursor), only the
-// chain's last block last_in_call (the "turbokv-chain-continues" hint; --no-hint: each node's
+// chain's last block last_in_call (the chain_continues hint; --no-hint: each node's
 // last). Also prints, at the end of a run, the share of live blocks no Lookup can reach (a block
 // before them in their chain is gone from its node).
 //

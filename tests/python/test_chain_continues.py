@@ -1,4 +1,4 @@
-"""The "turbokv-chain-continues" put hint against a real turbokv-server (docs/cluster.md).
+"""The chain_continues put hint (PutBlocksHeader) against a real turbokv-server (docs/cluster.md).
 
 A sharded client's per-node put that does not hold the request's last block carries the hint,
 and the server's eviction policy (LRFU) then takes none of that stream's blocks for the
