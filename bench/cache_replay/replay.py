@@ -144,13 +144,18 @@ class ReplayOptions:
     """How to replay. ``sample_every``: requests between Stats/disk samples (the last request
     is always sampled). ``real_time``: wait for each request's timestamp / ``speed``.
     ``put_encoding``: "raw" (the server encodes) or "packed" (encoded here).
-    ``max_error_messages``: how many distinct error texts to keep."""
+    ``max_error_messages``: how many distinct error texts to keep. ``segment_blocks``: the
+    ShardedClient's placement segment with several nodes (turbokv.sharding; 1: each block by
+    its own hash). ``split_at``: a request index; hits before and after it are also reported
+    apart (``hit_ratio_before`` / ``hit_ratio_after``; 0: not split)."""
     sample_every: int = 10
     real_time: bool = False
     speed: float = 1.0
     put_encoding: str = "raw"
     max_error_messages: int = 5
     progress_every_s: float = 0.0  # > 0: print a progress line this often
+    segment_blocks: int = 1
+    split_at: int = 0
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
@@ -161,22 +166,28 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 
 def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockContent,
            opts: ReplayOptions, label: str = "",
-           digests: dict[int, bytes] | None = None) -> dict[str, Any]:
+           digests: dict[int, bytes] | None = None,
+           joiner: Server | None = None) -> dict[str, Any]:
     """Replays ``requests`` (trace.Request) against started ``servers`` (one: a Client; more:
     a ShardedClient over all of them). Returns the server-side figures (docs/cache.md).
     ``digests``: block id -> digest of its expected packed bytes, shared by the runs of one
     workload (filled here; the namespace id and codec must be the same across them).
+    ``joiner``: a server not started yet that joins the cluster before request
+    ``opts.split_at`` (started there and added to the ShardedClient's endpoints; capacity
+    figures then count it from the start, so they are a lower bound).
 
     Raises turbokv errors only from RegisterNamespace; per-request failures are counted.
     """
     from turbokv import Client, ShardedClient
     from turbokv.codec import LocalCodec
 
-    capacity = sum(s.capacity_bytes for s in servers)
-    if len(servers) == 1:
+    servers = list(servers)
+    capacity = sum(s.capacity_bytes for s in servers) + (joiner.capacity_bytes if joiner else 0)
+    if len(servers) == 1 and joiner is None:
         client: Any = Client(servers[0].address, timeout=120.0)
     else:
-        client = ShardedClient(",".join(s.address for s in servers), timeout=120.0)
+        client = ShardedClient(",".join(s.address for s in servers), timeout=120.0,
+                               segment_blocks=opts.segment_blocks)
     try:
         info = client.register_namespace(**NAMESPACE)
         ns = info.namespace_id
@@ -189,6 +200,7 @@ def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockCon
         expect = _Expected(codec, content, digests)
         io0 = [s.io() for s in servers]
         hit_blocks = ref_blocks = lookup_blocks = 0
+        split_hits = split_refs = 0  # at the split: hits and references before it
         wrong = missing = errors = 0
         error_messages: list[str] = []
         put_ok = put_failed = put_stored_bytes = 0
@@ -231,6 +243,13 @@ def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockCon
                 delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
+            if opts.split_at and i == opts.split_at:
+                split_hits, split_refs = hit_blocks, ref_blocks
+                if joiner is not None:
+                    joiner.start()
+                    io0.append(joiner.io())
+                    servers.append(joiner)
+                    client.set_endpoints(",".join(s.address for s in servers))
             chain = req.hash_ids
             hashes = [content.block_hash(b) for b in chain]
             ref_blocks += len(chain)
@@ -256,12 +275,16 @@ def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockCon
             if rest:
                 t1 = time.perf_counter()
                 try:
+                    # Where hashes[hit:] sit in their chain: a cluster places by segment.
+                    ctx = client.chain_context(hashes, hit)
                     if opts.put_encoding == "packed":
                         results = client.put_packed_blocks(
-                            ns, hashes[hit:], [codec.encode(content.raw(b)) for b in rest])
+                            ns, hashes[hit:], [codec.encode(content.raw(b)) for b in rest],
+                            chain=ctx)
                     else:
                         results = client.put_blocks(
-                            ns, hashes[hit:], np.stack([content.raw(b) for b in rest]))
+                            ns, hashes[hit:], np.stack([content.raw(b) for b in rest]),
+                            chain=ctx)
                     lat_put.append(time.perf_counter() - t1)
                     for r in results:
                         if r.ok:
@@ -308,6 +331,11 @@ def replay(servers: Sequence[Server], requests: Sequence[Any], content: BlockCon
     return dict(
         hit_blocks=hit_blocks, ref_blocks=ref_blocks,
         hit_ratio=hit_blocks / ref_blocks if ref_blocks else 0.0,
+        split_at=opts.split_at or None,
+        hit_ratio_before=split_hits / split_refs if opts.split_at and split_refs else None,
+        hit_ratio_after=((hit_blocks - split_hits) / (ref_blocks - split_refs)
+                         if opts.split_at and ref_blocks > split_refs else None),
+        nodes_at_end=len(servers),
         lookup_matched_blocks=lookup_blocks, wrong_blocks=wrong,
         missing_after_lookup=missing, errors=errors, error_messages=error_messages,
         put_ok_blocks=put_ok, put_failed_blocks=put_failed,

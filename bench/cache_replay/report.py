@@ -9,7 +9,8 @@ COLUMNS = [
     # (heading, width, formatter of one run row)
     ("workload", 10, lambda w, r: w),
     ("cap", 4, lambda w, r: "%g%%" % (100 * r["capacity_fraction"])),
-    ("N", 2, lambda w, r: str(r.get("nodes") or "-")),
+    ("N", 3, lambda w, r: str(r.get("nodes") or "-") + ("+%d" % r["joined"]
+                                                         if r.get("joined") else "")),
     ("turbokv", 7, lambda w, r: _f(r.get("server", {}).get("hit_ratio"))),
     ("LRU", 6, lambda w, r: _f(r["sim"]["lru"])),
     ("Belady", 6, lambda w, r: _f(r["sim"]["belady"])),
@@ -29,6 +30,9 @@ COLUMNS = [
     ("wrong", 5, lambda w, r: _i(_s(r, "wrong_blocks"))),
     ("err", 4, lambda w, r: _i(_s(r, "errors"))),
     ("s", 5, lambda w, r: _i(_s(r, "wall_s"))),
+    ("before/after", 13, lambda w, r: "%s/%s" % (_f(_s(r, "hit_ratio_before")),
+                                                 _f(_s(r, "hit_ratio_after")))
+     if _s(r, "split_at") else "-"),
 ]
 
 
@@ -114,10 +118,11 @@ def plot(results: dict[str, Any], path: str) -> None:
         inf = results["workloads"][name]["infinite_hit_ratio"]
         ax.axhline(inf, color="black", lw=0.8, ls="--", label="infinite cache")
         node_counts: list[int] = sorted({int(r["nodes"]) for r in runs if r.get("server")
-                                         and r["server"].get("hit_ratio") is not None})
+                                         and r["server"].get("hit_ratio") is not None
+                                         and not r.get("joined")})
         for k, n in enumerate(node_counts):
             pts = sorted((r["capacity_fraction"], r["server"]) for r in runs
-                         if r.get("server") and r.get("nodes") == n
+                         if r.get("server") and r.get("nodes") == n and not r.get("joined")
                          and r["server"].get("hit_ratio") is not None)
             suffix = " %d nodes" % n if n > 1 else ""
             ax.plot([100 * c for c, _ in pts], [s["hit_ratio"] for _, s in pts], "o-",

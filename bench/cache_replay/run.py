@@ -10,6 +10,7 @@ server, a table as it goes, then a JSON and a PNG (docs/cache.md).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -131,6 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nodes", default="1",
                     help="comma list of node counts; N > 1 runs N servers of capacity/N each "
                          "behind ShardedClient (default 1)")
+    ap.add_argument("--segment-blocks", type=int, default=None,
+                    help="with N > 1: blocks of a chain placed together by ShardedClient "
+                         "(default turbokv.sharding.DEFAULT_SEGMENT_BLOCKS; 1: each block by "
+                         "its own hash)")
+    ap.add_argument("--join-at", type=float, default=0.0, metavar="FRACTION",
+                    help="membership change: for each N > 1 also a run in which an (N+1)th "
+                         "server of capacity/N joins after this share of the requests; every "
+                         "run then also reports its hit ratio before and after that point "
+                         "(default 0: none)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the generated workloads")
     ap.add_argument("--scale", type=float, default=1.0, help="size of the generated workloads")
     ap.add_argument("--max-requests", type=int, default=0,
@@ -172,6 +182,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     nodes = [int(x) for x in a.nodes.split(",") if x.strip()]
     if not caps or any(not 0 < c for c in caps) or not nodes or any(n < 1 for n in nodes):
         ap.error("capacities must be > 0 and nodes >= 1")
+    if not 0.0 <= a.join_at < 1.0:
+        ap.error("--join-at must be in [0, 1)")
+    from turbokv.sharding import DEFAULT_SEGMENT_BLOCKS, check_segment_blocks
+    if a.segment_blocks is None:
+        a.segment_blocks = DEFAULT_SEGMENT_BLOCKS
+    try:
+        check_segment_blocks(a.segment_blocks)
+    except ValueError as e:
+        ap.error(str(e))
+    # (node count, servers joining mid-run) per capacity
+    setups = [(n, 0) for n in nodes] + [(n, 1) for n in nodes if n > 1 and a.join_at > 0]
 
     from .replay import BlockContent, ReplayOptions, replay
     t_all = time.monotonic()
@@ -183,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          + list(argv if argv is not None else sys.argv[1:])),
         cpu=cpu, avx512f=avx512, cpus=os.cpu_count(), capacities_percent=caps, nodes=nodes,
         put_encoding=a.put_encoding, real_time=a.real_time, speed=a.speed,
-        sample_every=a.sample_every, server_args=a.server_arg, sim_only=a.sim_only)
+        sample_every=a.sample_every, server_args=a.server_arg, sim_only=a.sim_only,
+        segment_blocks=a.segment_blocks, join_at=a.join_at or None)
     binary = None
     if a.sim_only:
         # Block sizes of the server's default preset for this shape (k5v4): only the
@@ -207,7 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report.header(), flush=True)
     content = BlockContent()
     opts = ReplayOptions(sample_every=a.sample_every, real_time=a.real_time, speed=a.speed,
-                         put_encoding=a.put_encoding, progress_every_s=a.progress)
+                         put_encoding=a.put_encoding, progress_every_s=a.progress,
+                         segment_blocks=a.segment_blocks)
     failed = False
     for name, reqs, src in load_workloads(a):
         chains = trace.chains(reqs)
@@ -216,30 +239,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         wl: dict[str, Any] = dict(source=src, summary=summ, infinite_hit_ratio=inf, runs=[])
         results["workloads"][name] = wl
         digests: dict[int, bytes] = {}  # expected packed digests, shared by the runs
+        wl_opts = dataclasses.replace(opts, split_at=int(a.join_at * len(reqs)))
         for cap in caps:
             cap_blocks = int(summ["distinct_blocks"] * cap / 100.0)
             cap_bytes = cap_blocks * packed
             sim = simulate(chains, cap_blocks, cap_bytes // raw)
             sim["infinite"] = inf
-            for n in (nodes if not a.sim_only else [None]):
+            for n, joins in (setups if not a.sim_only else [(None, 0)]):
                 run: dict[str, Any] = dict(capacity_fraction=cap / 100.0,
                                            capacity_blocks=cap_blocks, capacity_bytes=cap_bytes,
                                            nodes=n, sim=dict(sim))
+                if n is not None and n > 1:
+                    run["segment_blocks"] = a.segment_blocks
+                if joins:
+                    run["joined"] = joins
                 if n is not None:
                     assert binary is not None
                     servers = [Server(binary, cap_bytes // n, a.server_arg, a.work_dir)
                                for _ in range(n)]
+                    joiner = (Server(binary, cap_bytes // n, a.server_arg, a.work_dir)
+                              if joins else None)
                     try:
                         for s in servers:
                             s.start()
-                        run["server"] = replay(servers, reqs, content, opts,
-                                               label="%s %g%% x%d" % (name, cap, n),
-                                               digests=digests)
+                        run["server"] = replay(servers, reqs, content, wl_opts,
+                                               label="%s %g%% x%d%s" % (
+                                                   name, cap, n, "+1" if joins else ""),
+                                               digests=digests, joiner=joiner)
                     except Exception as e:  # a run that cannot finish is reported, not hidden
                         run["server"] = dict(errors=1, error_messages=[str(e)], hit_ratio=None)
                         failed = True
                     finally:
-                        for s in servers:
+                        for s in servers + ([joiner] if joiner else []):
                             s.stop()
                     held = run["server"].get("blocks_held_mean")
                     if held:

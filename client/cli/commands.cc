@@ -300,10 +300,12 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
       spans.push_back(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(blocks[i].data()),
                                                 blocks[i].size()));
     }
+    // Each call carries its place in the chain: the cluster places blocks by segment.
+    TURBOKV_ASSIGN_OR_RETURN(client::ChainContext chain, c.ContextOf(hashes, begin));
     TURBOKV_ASSIGN_OR_RETURN(
         std::vector<client::BlockPutResult> res,
         c.PutBlocks(id, absl::MakeConstSpan(hashes).subspan(begin, end - begin), spans,
-                    client::Encoding::kRaw, Call(g)));
+                    client::Encoding::kRaw, Call(g), chain));
     for (size_t i = 0; i < res.size(); ++i) {
       if (res[i].status.ok()) {
         ++stored;
@@ -405,9 +407,11 @@ absl::Status RunGet(const GlobalOptions& g, const Client& c, const GetArgs& a) {
   Progress progress(g, "get", m.matched_blocks);
   for (size_t begin = 0; begin < m.matched_blocks && !gap; begin += kBlocksPerCall) {
     const size_t end = std::min<size_t>(m.matched_blocks, begin + kBlocksPerCall);
+    TURBOKV_ASSIGN_OR_RETURN(client::ChainContext chain, c.ContextOf(hashes, begin));
     TURBOKV_ASSIGN_OR_RETURN(
         client::GetBlocksResult r,
-        c.GetBlocks(id, absl::MakeConstSpan(hashes).subspan(begin, end - begin), opt, Call(g)));
+        c.GetBlocks(id, absl::MakeConstSpan(hashes).subspan(begin, end - begin), opt, Call(g),
+                    chain));
     if (!a.packed && r.dtype != DType::kUnspecified) dtype = r.dtype;
     for (auto& b : r.blocks) {
       if (!b) {

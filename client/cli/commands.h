@@ -20,6 +20,8 @@ struct GlobalOptions {
   // placed on the nodes by rendezvous hashing (sharded_client.h).
   std::string server = "127.0.0.1:50051";
   int replicas = 1;             // copies of each block (--replicas)
+  // Blocks of a chain placed together (--segment-blocks, rendezvous.h).
+  int segment_blocks = client::kDefaultSegmentBlocks;
   bool json = false;            // one JSON object per command on stdout
   double timeout_seconds = 60;  // per RPC, retries included
   // Progress lines on stderr during put/get: "auto" = when stderr is a terminal and --json is

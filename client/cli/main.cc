@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", g.replicas, "copies of each block across the servers")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
+  app.add_option("--segment-blocks", g.segment_blocks,
+                 "blocks of a prefix chain placed on the same servers (every client of a "
+                 "cluster must use the same value; 1: each block by its own hash)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, turbokv::client::kMaxSegmentBlocks));
   app.add_flag("--json", g.json, "print one JSON object per command");
   app.add_option("--timeout", g.timeout_seconds,
                  "deadline of each RPC in seconds, retries included")
@@ -112,6 +117,7 @@ int main(int argc, char** argv) {
   options.client.timeout = absl::Seconds(g.timeout_seconds);
   options.client.security = g.security;
   options.replicas = g.replicas;
+  options.segment_blocks = g.segment_blocks;
   absl::StatusOr<std::unique_ptr<turbokv::client::ShardedClient>> client =
       turbokv::client::ShardedClient::Connect(g.server, options);
   if (!client.ok()) return Fail(g, client.status());

@@ -316,6 +316,9 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
     // The stream's header rides on its first message: with the block count the server reads
     // the end of the stream without reserving in-flight budget (PutBlocksHeader, proto).
     req.mutable_header()->set_block_count(blocks.size());
+    // More of this chain follows in another call (a sharded client's call to another node):
+    // none of these blocks is the request's last (PutBlocksHeader.chain_continues).
+    req.mutable_header()->set_chain_continues(call.chain_continues);
     bool open = true;
     for (size_t i = 0; i < blocks.size() && open; ++i) {
       const absl::Span<const uint8_t> block = blocks[i];

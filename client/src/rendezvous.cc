@@ -61,6 +61,54 @@ std::vector<size_t> RendezvousOwners(absl::Span<const std::string> node_ids,
   return rank;
 }
 
+absl::Status ValidateSegmentBlocks(int segment_blocks) {
+  if (segment_blocks < 1 || segment_blocks > kMaxSegmentBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat("segment_blocks must be in [1, ",
+                                                   kMaxSegmentBlocks, "], got ", segment_blocks));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChainContext> MakeChainContext(absl::Span<const std::string> chain, size_t start,
+                                              int segment_blocks) {
+  if (absl::Status st = ValidateSegmentBlocks(segment_blocks); !st.ok()) return st;
+  if (start > chain.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start must be in [0, chain size ", chain.size(), "], got ", start));
+  }
+  ChainContext c;
+  c.position = start;
+  const size_t head = start - start % static_cast<size_t>(segment_blocks);
+  if (head < start) c.segment_head = chain[head];
+  return c;
+}
+
+absl::StatusOr<std::vector<absl::string_view>> PlacementKeys(absl::Span<const std::string> hashes,
+                                                             int segment_blocks,
+                                                             const ChainContext& chain) {
+  if (absl::Status st = ValidateSegmentBlocks(segment_blocks); !st.ok()) return st;
+  const auto s = static_cast<uint64_t>(segment_blocks);
+  const uint64_t lead = chain.position % s;  // blocks of hashes[0]'s segment before hashes[0]
+  if (lead != 0 && !hashes.empty() && chain.segment_head.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chain.segment_head is required: hashes[0] sits at chain position ", chain.position,
+        ", inside the segment that starts at position ", chain.position - lead,
+        " (segment_blocks=", segment_blocks, "); build the context with MakeChainContext"));
+  }
+  std::vector<absl::string_view> out;
+  out.reserve(hashes.size());
+  for (uint64_t j = 0; j < hashes.size(); ++j) {
+    // Index of block j counted from the start of hashes[0]'s segment.
+    const uint64_t k = j + lead;
+    if (k < s && lead != 0) {
+      out.emplace_back(chain.segment_head);
+    } else {
+      out.emplace_back(hashes[k - k % s - lead]);
+    }
+  }
+  return out;
+}
+
 std::string FormatHostPort(absl::string_view host, uint16_t port) {
   if (absl::StrContains(host, ':')) return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);

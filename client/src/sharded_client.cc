@@ -29,6 +29,7 @@ absl::Status ShardedClientOptions::Validate() const {
   if (replicas < 1 || replicas > 16) {
     return absl::InvalidArgumentError(absl::StrCat("replicas ", replicas, " is outside [1, 16]"));
   }
+  if (absl::Status st = ValidateSegmentBlocks(segment_blocks); !st.ok()) return st;
   if (node_down < absl::ZeroDuration() || node_down > absl::Hours(1)) {
     return absl::InvalidArgumentError("node_down must be in [0, 1 h]");
   }
@@ -56,6 +57,26 @@ std::vector<T> RunAll(size_t n, const std::function<T(size_t)>& fn) {
   std::vector<T> out;
   out.reserve(n);
   for (auto& f : futures) out.push_back(f.get());
+  return out;
+}
+
+// For each of `hashes`, its owners' indices into `nodes` (placement in rendezvous.h): one
+// rendezvous rank per distinct placement key, i.e. per segment.
+absl::StatusOr<std::vector<std::vector<size_t>>> OwnersOf(absl::Span<const std::string> nodes,
+                                                          absl::Span<const std::string> hashes,
+                                                          const ChainContext& chain,
+                                                          const ShardedClientOptions& options) {
+  absl::StatusOr<std::vector<absl::string_view>> keys =
+      PlacementKeys(hashes, options.segment_blocks, chain);
+  if (!keys.ok()) return keys.status();
+  std::vector<std::vector<size_t>> out(hashes.size());
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (i > 0 && (*keys)[i] == (*keys)[i - 1]) {
+      out[i] = out[i - 1];  // the same segment
+    } else {
+      out[i] = RendezvousOwners(nodes, (*keys)[i], options.replicas);
+    }
+  }
   return out;
 }
 
@@ -146,10 +167,14 @@ struct ShardedClient::Impl {
     }
   }
 
-  // The call's error when no node answered: NotFound when every node said so, else Unavailable
-  // naming each node's error. OK when some node answered.
-  static absl::Status NoneAnswered(const std::vector<std::string>& nodes,
-                                   const std::vector<absl::Status>& errors) {
+  // The call's error when none of the nodes it asked (`nodes`, with `errors`) answered: NotFound
+  // when every one said so; OK when some other node of the cluster (`all`) is not marked down, so
+  // the call reports the asked nodes' blocks as misses (with segments one call often asks one node,
+  // and a down node must cost misses, not a failed call, while the cluster answers); else
+  // Unavailable naming each node's error. OK when some node answered.
+  absl::Status NoneAnswered(const std::vector<std::string>& all,
+                            const std::vector<std::string>& nodes,
+                            const std::vector<absl::Status>& errors) {
     if (errors.empty() ||
         std::any_of(errors.begin(), errors.end(), [](const absl::Status& s) { return s.ok(); })) {
       return absl::OkStatus();
@@ -157,6 +182,15 @@ struct ShardedClient::Impl {
     if (std::all_of(errors.begin(), errors.end(),
                     [](const absl::Status& s) { return absl::IsNotFound(s); })) {
       return errors.front();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const absl::Time now = absl::Now();
+      for (const std::string& n : all) {
+        if (std::find(nodes.begin(), nodes.end(), n) != nodes.end()) continue;
+        auto it = down_until.find(n);
+        if (it == down_until.end() || it->second <= now) return absl::OkStatus();
+      }
     }
     std::vector<std::string> parts;
     for (size_t i = 0; i < errors.size(); ++i) {
@@ -206,6 +240,24 @@ std::vector<std::string> ShardedClient::Owners(absl::string_view block_hash) con
   return out;
 }
 
+absl::StatusOr<std::vector<std::vector<std::string>>> ShardedClient::Placement(
+    absl::Span<const std::string> hashes, const ChainContext& chain) const {
+  const std::vector<std::string> nodes = Nodes();
+  absl::StatusOr<std::vector<std::vector<size_t>>> owners =
+      OwnersOf(nodes, hashes, chain, impl_->options);
+  if (!owners.ok()) return owners.status();
+  std::vector<std::vector<std::string>> out(hashes.size());
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    for (size_t k : (*owners)[i]) out[i].push_back(nodes[k]);
+  }
+  return out;
+}
+
+absl::StatusOr<ChainContext> ShardedClient::ContextOf(absl::Span<const std::string> chain,
+                                                      size_t start) const {
+  return MakeChainContext(chain, start, impl_->options.segment_blocks);
+}
+
 absl::StatusOr<NamespaceInfo> ShardedClient::RegisterNamespace(
     const NamespaceDescriptor& descriptor, const CallOptions& call) const {
   auto [nodes, clients] = impl_->Snapshot();
@@ -220,7 +272,7 @@ absl::StatusOr<NamespaceInfo> ShardedClient::RegisterNamespace(
     if (!r.ok() && !IsNodeFailure(r.status())) return r.status();  // the caller's error
     errors.push_back(r.status());
   }
-  if (absl::Status st = Impl::NoneAnswered(nodes, errors); !st.ok()) return st;
+  if (absl::Status st = impl_->NoneAnswered(nodes, nodes, errors); !st.ok()) return st;
   for (const auto& r : results) {
     if (!r.ok()) continue;
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -233,18 +285,20 @@ absl::StatusOr<NamespaceInfo> ShardedClient::RegisterNamespace(
 
 absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
     uint64_t namespace_id, absl::Span<const std::string> hashes,
-    absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
-    const CallOptions& call) const {
+    absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding, const CallOptions& call,
+    const ChainContext& chain) const {
   if (hashes.size() != blocks.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("PutBlocks got ", hashes.size(), " hashes but ", blocks.size(), " blocks"));
   }
   if (hashes.empty()) return std::vector<BlockPutResult>{};
   auto [nodes, clients] = impl_->Snapshot();
-  std::vector<std::vector<size_t>> owners(hashes.size());
+  absl::StatusOr<std::vector<std::vector<size_t>>> owners_or =
+      OwnersOf(nodes, hashes, chain, impl_->options);
+  if (!owners_or.ok()) return owners_or.status();
+  const std::vector<std::vector<size_t>>& owners = *owners_or;
   std::vector<std::vector<size_t>> per_node(nodes.size());
   for (size_t i = 0; i < hashes.size(); ++i) {
-    owners[i] = RendezvousOwners(nodes, hashes[i], impl_->options.replicas);
     for (size_t n : owners[i]) per_node[n].push_back(i);
   }
   using Results = absl::StatusOr<std::vector<BlockPutResult>>;
@@ -256,9 +310,13 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
       hs.push_back(hashes[i]);
       bs.push_back(blocks[i]);
     }
+    // A node without the call's last block gets only a middle part of the chain: its last
+    // block is not the request's last (CallOptions::chain_continues).
+    CallOptions node_call = call;
+    node_call.chain_continues = call.chain_continues || per_node[n].back() + 1 != hashes.size();
     return impl_->OnNode<std::vector<BlockPutResult>>(
         nodes[n], *clients[n], namespace_id,
-        [&](const Client& c) { return c.PutBlocks(namespace_id, hs, bs, encoding, call); });
+        [&](const Client& c) { return c.PutBlocks(namespace_id, hs, bs, encoding, node_call); });
   });
   std::vector<std::string> asked;
   std::vector<absl::Status> errors;
@@ -268,7 +326,7 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
     asked.push_back(nodes[n]);
     errors.push_back(results[n].status());
   }
-  if (absl::Status st = Impl::NoneAnswered(asked, errors); !st.ok()) return st;
+  if (absl::Status st = impl_->NoneAnswered(nodes, asked, errors); !st.ok()) return st;
   // Position of block i in per_node[n]'s results.
   std::vector<absl::flat_hash_map<size_t, size_t>> where(nodes.size());
   for (size_t n = 0; n < nodes.size(); ++n) {
@@ -297,14 +355,16 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
 
 absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
                                                    absl::Span<const std::string> hashes,
-                                                   uint32_t lease_seconds,
-                                                   const CallOptions& call) const {
+                                                   uint32_t lease_seconds, const CallOptions& call,
+                                                   const ChainContext& chain) const {
   auto [nodes, clients] = impl_->Snapshot();
   const size_t n = hashes.size();
-  std::vector<std::vector<size_t>> owners(n);
+  absl::StatusOr<std::vector<std::vector<size_t>>> owners_or =
+      OwnersOf(nodes, hashes, chain, impl_->options);
+  if (!owners_or.ok()) return owners_or.status();
+  const std::vector<std::vector<size_t>>& owners = *owners_or;
   std::vector<std::vector<size_t>> positions(nodes.size());  // chain positions per node
   for (size_t i = 0; i < n; ++i) {
-    owners[i] = RendezvousOwners(nodes, hashes[i], impl_->options.replicas);
     for (size_t k : owners[i]) positions[k].push_back(i);
   }
   // known[i][k]: 1 present, 0 missing, -1 not known yet (only for k among owners[i]).
@@ -362,7 +422,9 @@ absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
   }
   if (absl::Status st = run(all); !st.ok()) return st;
   if (!answered) {
-    if (absl::Status st = Impl::NoneAnswered(first_asked, first_errors); !st.ok()) return st;
+    if (absl::Status st = impl_->NoneAnswered(nodes, first_asked, first_errors); !st.ok()) {
+      return st;
+    }
   }
   size_t g = 0;
   while (g < n) {
@@ -392,18 +454,19 @@ absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
 absl::StatusOr<GetBlocksResult> ShardedClient::GetBlocks(uint64_t namespace_id,
                                                          absl::Span<const std::string> hashes,
                                                          const GetOptions& get,
-                                                         const CallOptions& call) const {
+                                                         const CallOptions& call,
+                                                         const ChainContext& chain) const {
   auto [nodes, clients] = impl_->Snapshot();
   GetBlocksResult out;
   out.encoding = get.encoding;
   out.blocks.resize(hashes.size());
   if (hashes.empty()) return out;
-  std::vector<std::vector<size_t>> owners(hashes.size());
+  absl::StatusOr<std::vector<std::vector<size_t>>> owners_or =
+      OwnersOf(nodes, hashes, chain, impl_->options);
+  if (!owners_or.ok()) return owners_or.status();
+  const std::vector<std::vector<size_t>>& owners = *owners_or;
   size_t rounds = 0;
-  for (size_t i = 0; i < hashes.size(); ++i) {
-    owners[i] = RendezvousOwners(nodes, hashes[i], impl_->options.replicas);
-    rounds = std::max(rounds, owners[i].size());
-  }
+  for (const std::vector<size_t>& o : owners) rounds = std::max(rounds, o.size());
   std::vector<size_t> pending(hashes.size());
   for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
   bool answered = false;
@@ -448,20 +511,22 @@ absl::StatusOr<GetBlocksResult> ShardedClient::GetBlocks(uint64_t namespace_id,
     pending = std::move(still);
   }
   if (!answered) {
-    if (absl::Status st = Impl::NoneAnswered(asked, errors); !st.ok()) return st;
+    if (absl::Status st = impl_->NoneAnswered(nodes, asked, errors); !st.ok()) return st;
   }
   return out;
 }
 
 absl::StatusOr<uint32_t> ShardedClient::DeleteBlocks(uint64_t namespace_id,
                                                      absl::Span<const std::string> hashes,
-                                                     const CallOptions& call) const {
+                                                     const CallOptions& call,
+                                                     const ChainContext& chain) const {
   auto [nodes, clients] = impl_->Snapshot();
+  absl::StatusOr<std::vector<std::vector<size_t>>> owners =
+      OwnersOf(nodes, hashes, chain, impl_->options);
+  if (!owners.ok()) return owners.status();
   std::vector<std::vector<std::string>> per_node(nodes.size());
-  for (const std::string& h : hashes) {
-    for (size_t k : RendezvousOwners(nodes, h, impl_->options.replicas)) {
-      per_node[k].push_back(h);
-    }
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    for (size_t k : (*owners)[i]) per_node[k].push_back(hashes[i]);
   }
   std::vector<absl::StatusOr<uint32_t>> results =
       RunAll<absl::StatusOr<uint32_t>>(nodes.size(), [&](size_t k) -> absl::StatusOr<uint32_t> {
@@ -480,7 +545,7 @@ absl::StatusOr<uint32_t> ShardedClient::DeleteBlocks(uint64_t namespace_id,
     errors.push_back(results[k].status());
     if (results[k].ok()) total += *results[k];
   }
-  if (absl::Status st = Impl::NoneAnswered(asked, errors); !st.ok()) return st;
+  if (absl::Status st = impl_->NoneAnswered(nodes, asked, errors); !st.ok()) return st;
   return total;
 }
 
@@ -500,7 +565,7 @@ absl::StatusOr<uint64_t> ShardedClient::DropNamespace(uint64_t namespace_id,
     errors.push_back(r.status());
     if (r.ok()) total += *r;
   }
-  if (absl::Status st = Impl::NoneAnswered(nodes, errors); !st.ok()) return st;
+  if (absl::Status st = impl_->NoneAnswered(nodes, nodes, errors); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->namespaces.erase(namespace_id);
   return total;
@@ -559,7 +624,7 @@ absl::StatusOr<ServerStats> ShardedClient::Stats(const CallOptions& call) const 
       m.logical_bytes += ns.logical_bytes;
     }
   }
-  if (absl::Status st = Impl::NoneAnswered(nodes, errors); !st.ok()) return st;
+  if (absl::Status st = impl_->NoneAnswered(nodes, nodes, errors); !st.ok()) return st;
   out.codec_backend = absl::StrJoin(backends, ",");
   out.durability = absl::StrJoin(durabilities, ",");
   out.version = absl::StrJoin(versions, ",");

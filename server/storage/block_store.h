@@ -237,7 +237,9 @@ class BlockStore {
     bool refused_room = false;
     // Whether the next PutBlocks call ends the request (its last block is then the request's
     // last: RequestInfo::last_in_call). A caller that commits a request in several calls sets
-    // it false for all but the last. Default: true.
+    // it false for all but the last (the put reactor: all but the commit holding the stream's
+    // last block, and every commit of a stream whose header sets chain_continues, a
+    // sharded client's call that does not hold the request's last block). Default: true.
     bool call_ends_request = true;
   };
   // Stores blocks. Returns one status per block: OK (stored and durable per the durability

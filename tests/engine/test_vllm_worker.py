@@ -167,3 +167,67 @@ def test_reports_name_only_the_blocks_the_server_stored(tmp_path, server_binary)
         assert len(timing) == 1 and timing[0].blocks == 1 and timing[0].total_s > 0
     finally:
         s.stop()
+
+
+def test_saves_and_loads_from_inside_a_segment_land_on_the_segments_node(tmp_path, server_binary):
+    """Three servers behind a ShardedClient with segments of 2 turbokv blocks: the scheduler
+    side hands the worker the chain context of a slice that starts inside a segment (a request
+    whose first block is already stored), and the worker saves and loads it where the whole
+    chain places it."""
+    from turbokv import ShardedClient
+    servers = [ServerProcess(server_binary, str(tmp_path / ("d%d" % i)),
+                             str(tmp_path / ("s%d.log" % i))).start() for i in range(3)]
+    try:
+        spec = ",".join(s.address for s in servers)
+        src = _layers(4)
+        shape = NamespaceShape(model="worker-test", model_revision="", num_layers=L,
+                               num_kv_heads=H, head_dim=D, block_tokens=BT, dtype="fp32",
+                               tp_size=1, preset="raw")
+
+        def worker_of(layers):
+            client = ShardedClient(spec, timeout=5.0, max_attempts=1, segment_blocks=2)
+            health, counters = Health(0.2, "worker"), Counters()
+            ns = Namespaces(client, shape, health, timeout=5.0)
+            lay = ContentSplitLayout(D)
+            w = WorkerSide(client, ns, shape, 0,
+                           [("l%d" % i, kv, lay) for i, kv in enumerate(layers)], VBLOCK, 5.0,
+                           5.0, 64 << 20, health, counters)
+            return client, ns, w, counters
+
+        client, ns, worker, counters = worker_of(src)
+        ns_id = ns.get("", 0)
+        hashes = PrefixHasher(ns_id).block_hashes(list(range(500, 500 + 5 * BT)), BT)
+        vblocks = [3, 1, 4, 0, 5, 9, 2, 6, 8, 7]               # 5 turbokv blocks
+        # Block 0 first (a previous request), then blocks [1, 5) from inside segment [0, 2).
+        worker.save([SaveSpec("r0", "", [ns_id], [hashes[:1]], vblocks[:2])])
+        assert worker.wait_idle(30)
+        ctx = client.chain_context(hashes, 1)
+        assert ctx.segment_head == hashes[0]
+        worker.save([SaveSpec("r1", "", [ns_id], [hashes[1:]], vblocks[2:], chains=[ctx])])
+        assert worker.wait_idle(30)
+        assert counters.totals().get("save.ok") == 5
+        placement = client.placement(hashes)
+        for s in servers:
+            with Client(s.address) as direct:
+                got = direct.get_packed_blocks(ns_id, hashes)
+                assert [g is not None for g in got] == [o[0] == s.address for o in placement]
+        assert client.lookup(ns_id, hashes).matched_blocks == 5
+
+        # A fresh engine with block 0 in its own prefix cache loads blocks [1, 5) with their
+        # context: every block comes back, in order.
+        dst = [torch.zeros_like(t) for t in src]
+        _, _, worker2, counters2 = worker_of(dst)
+        target = [11, 10, 9, 8, 7, 6, 5, 4]
+        worker2.start_loads([LoadSpec("r2", "", [ns_id], [hashes[1:]], 0, target,
+                                      chains=[ctx])])
+        assert worker2.wait_idle(30)
+        assert worker2.finished_loads() == {"r2"}
+        assert worker2.take_invalid() == set()
+        for li in range(L):
+            want_k, want_v = _tokens_of(src[li], vblocks[2:])
+            got_k, got_v = _tokens_of(dst[li], target)
+            assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+        assert counters2.totals()["load.ok"] == 4
+    finally:
+        for s in servers:
+            s.stop()

@@ -1,7 +1,8 @@
 """The `turbokv` CLI over three real servers: `--server a,b,c [--replicas R]`.
 
 `ns register` registers on every node; `put` through the C++ CLI places blocks where the
-Python ShardedClient expects them (both implement the rendezvous contract); with one node
+Python ShardedClient expects them (both implement the placement contract: rendezvous over
+segments of `--segment-blocks` blocks); with one node
 killed, R = 1 lookups stop at that node's first block and R = 2 lookups still match fully.
 """
 from __future__ import annotations
@@ -18,13 +19,17 @@ from test_cluster_integration import cluster  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.integration
 
+# The 16-block chain spans 4 segments (both clients must use the same value).
+SEGMENT_BLOCKS = 4
+
 
 def _cli(spec, *args, replicas=1):
     cli = find_cli_binary()
     if cli is None:
         pytest.skip("turbokv CLI binary not found (TURBOKV_CLI_BIN / TURBOKV_BUILD_DIR)")
-    p = subprocess.run([cli, "--server", spec, "--replicas", str(replicas), "--timeout", "20",
-                        "--json", *args], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([cli, "--server", spec, "--replicas", str(replicas), "--segment-blocks",
+                        str(SEGMENT_BLOCKS), "--timeout", "20", "--json", *args],
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, "turbokv %s failed (%d): %s" % (args, p.returncode, p.stderr)
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -49,20 +54,21 @@ def test_cli_over_three_nodes(cluster, tmp_path, replicas):  # noqa: F811
                tok_path, replicas=replicas)
     assert put["blocks_stored"] == 16
     chain = PrefixHasher(ns_id).block_hashes(np.load(tok_path), 4)
-    py = ShardedClient(spec, replicas=replicas, node_down_seconds=0.2)
+    py = ShardedClient(spec, replicas=replicas, node_down_seconds=0.2,
+                       segment_blocks=SEGMENT_BLOCKS)
     try:
-        # The Python client finds every block where the C++ CLI put it.
+        # The Python client finds every block where the C++ CLI put it, and nothing else.
+        placement = py.placement(chain)
         for n in cluster:
             with Client(n.address) as c:
-                on_node = [h for h in chain if n.address in py.owners(h)]
-                got = c.get_packed_blocks(ns_id, on_node)
-                assert all(b is not None for b in got)
+                got = c.get_packed_blocks(ns_id, chain)
+                assert [b is not None for b in got] == [n.address in o for o in placement]
         dead = cluster[2]
         dead.kill()
         lk = _cli(spec, "lookup", "--namespace", ns["namespace_id"], "--tokens", tok_path,
                   replicas=replicas)
         if replicas == 1:
-            want = next((i for i, h in enumerate(chain) if py.owners(h)[0] == dead.address),
+            want = next((i for i, o in enumerate(placement) if o[0] == dead.address),
                         len(chain))
         else:
             want = len(chain)

@@ -70,7 +70,7 @@ def test_dns_localhost_against_a_real_server(turbokv_server):
         # With localhost also resolving to ::1 (not served), R = 1 blocks placed there fail per
         # block; those on 127.0.0.1 are stored.
         served = ["127.0.0.1:%d" % port]
-        assert [r.ok for r in res] == [c.owners(h)[0] in served for h in chain]
+        assert [r.ok for r in res] == [o[0] in served for o in c.placement(chain)]
         got = c.get_blocks(ns, chain)
         assert [g is not None for g in got] == [r.ok for r in res]
     finally:

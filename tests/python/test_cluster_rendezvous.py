@@ -107,3 +107,79 @@ def test_resolve_dns_to_ip_nodes():
     assert "127.0.0.1:7000" in nodes or "[::1]:7000" in nodes
     with pytest.raises(OSError):
         sharding.resolve(sharding.parse_endpoints("dns:///no-such-host.invalid:1"))
+
+
+# -- segments --------------------------------------------------------------------------------
+
+def _vectors():
+    with open(VECTORS) as f:
+        return json.load(f)
+
+
+def test_segment_vectors():
+    vec = _vectors()
+    assert len(vec["segment_cases"]) >= 8
+    for case in vec["segment_cases"]:
+        chain = [bytes.fromhex(h) for h in case["chain"]]
+        s, start, end = case["segment_blocks"], case["start"], case["end"]
+        ctx = sharding.chain_context(chain, start, s)
+        assert ctx.position == case["context"]["position"], case["name"]
+        assert ctx.segment_head.hex() == case["context"]["segment_head"], case["name"]
+        keys = sharding.placement_keys(chain[start:end], s, ctx)
+        assert [k.hex() for k in keys] == case["placement_keys"], case["name"]
+        owners = [sharding.owners(vec["nodes"], k, case["replicas"]) for k in keys]
+        assert owners == case["owners"], case["name"]
+
+
+def test_segment_error_vectors():
+    for case in _vectors()["segment_errors"]:
+        ctx = sharding.ChainContext(case["position"], bytes.fromhex(case["segment_head"]))
+        hashes = [bytes([i]) * 32 for i in range(case["hashes"])]
+        with pytest.raises(ValueError, match=case["names"].replace(".", r"\.")):
+            sharding.placement_keys(hashes, case["segment_blocks"], ctx)
+
+
+def test_placement_of_a_slice_with_its_context_equals_the_whole_chain():
+    chain = _keys(70)
+    for s in (1, 2, 3, 16, 64, 100):
+        whole = sharding.placement_keys(chain, s)
+        assert whole == [chain[(i // s) * s] for i in range(70)]
+        for start in range(0, 71):
+            for end in (start, min(70, start + 1), min(70, start + 17), 70):
+                ctx = sharding.chain_context(chain, start, s)
+                assert sharding.placement_keys(chain[start:end], s, ctx) == whole[start:end]
+
+
+def test_context_is_needed_only_inside_a_segment():
+    chain = _keys(40)
+    # At a segment boundary the position alone places the call.
+    assert (sharding.placement_keys(chain[32:], 16, sharding.ChainContext(32))
+            == sharding.placement_keys(chain, 16)[32:])
+    # Inside a segment without the head: ValueError naming the argument and how to fix it.
+    with pytest.raises(ValueError, match=r"chain\.segment_head is required.*position 21.*"
+                                         r"starts at position 16.*segment_blocks=16"):
+        sharding.placement_keys(chain[21:], 16, sharding.ChainContext(21))
+    with pytest.raises(ValueError, match=r"chain\.position must be >= 0"):
+        sharding.placement_keys(chain, 16, sharding.ChainContext(-1))
+    with pytest.raises(TypeError, match="chain must be a turbokv.ChainContext"):
+        sharding.placement_keys(chain, 16, 5)
+    with pytest.raises(ValueError, match=r"start must be in \[0, len\(chain\) = 40\], got 41"):
+        sharding.chain_context(chain, 41, 16)
+    # An empty call needs nothing.
+    assert sharding.placement_keys([], 16, sharding.ChainContext(21)) == []
+
+
+def test_segments_keep_rendezvous_remapping():
+    # Whole segments move, and only to the new node: about 1/(N+1) of the blocks.
+    nodes = ["10.0.0.%d:50051" % i for i in range(3)]
+    after = nodes + ["10.0.0.3:50051"]
+    moved = total = 0
+    for c in range(600):
+        chain = [hashlib.sha256(b"chain %d block %d" % (c, i)).digest() for i in range(40)]
+        for k in sharding.placement_keys(chain, 16):
+            a, b = sharding.owners(nodes, k, 1)[0], sharding.owners(after, k, 1)[0]
+            total += 1
+            if a != b:
+                assert b == after[-1]
+                moved += 1
+    assert abs(moved / total - 0.25) < 0.04, moved / total

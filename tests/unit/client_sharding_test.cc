@@ -30,12 +30,17 @@ google::protobuf::Struct LoadVectors() {
   return doc;
 }
 
-TEST(RendezvousTest, MatchesSharedVectors) {
-  const google::protobuf::Struct doc = LoadVectors();
+std::vector<std::string> VectorNodes(const google::protobuf::Struct& doc) {
   std::vector<std::string> nodes;
   for (const auto& n : doc.fields().at("nodes").list_value().values()) {
     nodes.push_back(n.string_value());
   }
+  return nodes;
+}
+
+TEST(RendezvousTest, MatchesSharedVectors) {
+  const google::protobuf::Struct doc = LoadVectors();
+  const std::vector<std::string> nodes = VectorNodes(doc);
   const auto& cases = doc.fields().at("cases").list_value().values();
   ASSERT_GE(cases.size(), 5);
   for (const auto& c : cases) {
@@ -107,6 +112,144 @@ TEST(RendezvousTest, OwnersAreDistinctAndCapped) {
   }
   EXPECT_EQ(RendezvousOwners(nodes, Key(0), 7).size(), 3u);
   EXPECT_EQ(RendezvousOwners(nodes, Key(0), 0).size(), 1u);
+}
+
+// Segment placement: the same placement keys, contexts and owners as the Python client.
+TEST(SegmentPlacementTest, MatchesSharedVectors) {
+  const google::protobuf::Struct doc = LoadVectors();
+  const std::vector<std::string> nodes = VectorNodes(doc);
+  const auto& cases = doc.fields().at("segment_cases").list_value().values();
+  ASSERT_GE(cases.size(), 8);
+  for (const auto& c : cases) {
+    const auto& f = c.struct_value().fields();
+    SCOPED_TRACE(f.at("name").string_value());
+    std::vector<std::string> chain;
+    for (const auto& h : f.at("chain").list_value().values()) {
+      chain.push_back(absl::HexStringToBytes(h.string_value()));
+    }
+    const int s = static_cast<int>(f.at("segment_blocks").number_value());
+    const int r = static_cast<int>(f.at("replicas").number_value());
+    const auto start = static_cast<size_t>(f.at("start").number_value());
+    const auto end = static_cast<size_t>(f.at("end").number_value());
+    absl::StatusOr<ChainContext> ctx = MakeChainContext(chain, start, s);
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    const auto& want_ctx = f.at("context").struct_value().fields();
+    EXPECT_EQ(ctx->position, static_cast<uint64_t>(want_ctx.at("position").number_value()));
+    EXPECT_EQ(absl::BytesToHexString(ctx->segment_head),
+              want_ctx.at("segment_head").string_value());
+    const absl::Span<const std::string> slice =
+        absl::MakeConstSpan(chain).subspan(start, end - start);
+    absl::StatusOr<std::vector<absl::string_view>> keys = PlacementKeys(slice, s, *ctx);
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    const auto& want_keys = f.at("placement_keys").list_value().values();
+    const auto& want_owners = f.at("owners").list_value().values();
+    ASSERT_EQ(keys->size(), static_cast<size_t>(want_keys.size()));
+    for (size_t i = 0; i < keys->size(); ++i) {
+      EXPECT_EQ(absl::BytesToHexString((*keys)[i]), want_keys[i].string_value()) << i;
+      const std::vector<size_t> owners = RendezvousOwners(nodes, (*keys)[i], r);
+      const auto& want = want_owners[i].list_value().values();
+      ASSERT_EQ(owners.size(), static_cast<size_t>(want.size())) << i;
+      for (size_t k = 0; k < owners.size(); ++k) {
+        EXPECT_EQ(nodes[owners[k]], want[k].string_value()) << i << " owner " << k;
+      }
+    }
+  }
+}
+
+TEST(SegmentPlacementTest, SharedErrorVectorsNameTheArgument) {
+  const google::protobuf::Struct doc = LoadVectors();
+  for (const auto& c : doc.fields().at("segment_errors").list_value().values()) {
+    const auto& f = c.struct_value().fields();
+    SCOPED_TRACE(f.at("name").string_value());
+    ChainContext ctx;
+    ctx.position = static_cast<uint64_t>(f.at("position").number_value());
+    ctx.segment_head = absl::HexStringToBytes(f.at("segment_head").string_value());
+    std::vector<std::string> hashes(static_cast<size_t>(f.at("hashes").number_value()),
+                                    std::string(32, 'h'));
+    absl::StatusOr<std::vector<absl::string_view>> keys =
+        PlacementKeys(hashes, static_cast<int>(f.at("segment_blocks").number_value()), ctx);
+    ASSERT_FALSE(keys.ok());
+    EXPECT_EQ(keys.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(keys.status().message().find(f.at("names").string_value()), absl::string_view::npos)
+        << keys.status();
+  }
+}
+
+// A slice placed with its context lands exactly where the whole chain puts those blocks.
+TEST(SegmentPlacementTest, SliceWithContextMatchesWholeChain) {
+  std::vector<std::string> chain;
+  for (int i = 0; i < 70; ++i) chain.push_back(Key(i));
+  for (int s : {1, 2, 3, 16, 64, 100}) {
+    absl::StatusOr<std::vector<absl::string_view>> whole = PlacementKeys(chain, s, {});
+    ASSERT_TRUE(whole.ok());
+    for (size_t i = 0; i < chain.size(); ++i) {
+      ASSERT_EQ((*whole)[i], chain[i - i % s]) << s << " " << i;
+    }
+    for (size_t start = 0; start <= chain.size(); ++start) {
+      absl::StatusOr<ChainContext> ctx = MakeChainContext(chain, start, s);
+      ASSERT_TRUE(ctx.ok());
+      absl::StatusOr<std::vector<absl::string_view>> part =
+          PlacementKeys(absl::MakeConstSpan(chain).subspan(start), s, *ctx);
+      ASSERT_TRUE(part.ok()) << part.status();
+      for (size_t j = 0; j < part->size(); ++j) {
+        ASSERT_EQ((*part)[j], (*whole)[start + j]) << s << " " << start << " " << j;
+      }
+    }
+  }
+  EXPECT_EQ(MakeChainContext(chain, 71, 16).status().code(), absl::StatusCode::kInvalidArgument);
+  // At a segment boundary the position alone is enough; inside one the head is required.
+  ChainContext at_boundary;
+  at_boundary.position = 32;
+  EXPECT_TRUE(PlacementKeys(absl::MakeConstSpan(chain).subspan(32), 16, at_boundary).ok());
+  ChainContext inside;
+  inside.position = 21;
+  absl::StatusOr<std::vector<absl::string_view>> bad =
+      PlacementKeys(absl::MakeConstSpan(chain).subspan(21), 16, inside);
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "chain.segment_head is required: hashes[0] sits at chain position 21, inside the "
+            "segment that starts at position 16 (segment_blocks=16); build the context with "
+            "MakeChainContext");
+  EXPECT_TRUE(PlacementKeys({}, 16, inside).ok());  // an empty call needs nothing
+}
+
+TEST(ShardedClientTest, RejectsCallsWithoutTheSegmentHead) {
+  ShardedClientOptions o;
+  o.segment_blocks = 0;
+  EXPECT_EQ(ShardedClient::Connect("127.0.0.1:1", o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.segment_blocks = 4;
+  absl::StatusOr<std::unique_ptr<ShardedClient>> c =
+      ShardedClient::Connect("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", o);
+  ASSERT_TRUE(c.ok());
+  std::vector<std::string> chain;
+  for (int i = 0; i < 10; ++i) chain.push_back(Key(i));
+  const absl::Span<const std::string> tail = absl::MakeConstSpan(chain).subspan(6);
+  ChainContext no_head;
+  no_head.position = 6;
+  // Refused before any RPC (the nodes do not exist): the caller's error, not Unavailable.
+  EXPECT_EQ((*c)->Lookup(7, tail, 0, {}, no_head).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->GetBlocks(7, tail, {}, {}, no_head).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->DeleteBlocks(7, tail, {}, no_head).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::string byte = "x";
+  std::vector<absl::Span<const uint8_t>> blocks(
+      tail.size(), absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(byte.data()), 1));
+  EXPECT_EQ((*c)->PutBlocks(7, tail, blocks, Encoding::kRaw, {}, no_head).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Placement: segment [4, 8) on the owners of chain[4], [8, 10) on those of chain[8].
+  absl::StatusOr<ChainContext> ctx = (*c)->ContextOf(chain, 6);
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ(ctx->segment_head, chain[4]);
+  absl::StatusOr<std::vector<std::vector<std::string>>> p = (*c)->Placement(tail, *ctx);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->size(), 4u);
+  EXPECT_EQ((*p)[0], (*c)->Owners(chain[4]));
+  EXPECT_EQ((*p)[1], (*c)->Owners(chain[4]));
+  EXPECT_EQ((*p)[2], (*c)->Owners(chain[8]));
+  EXPECT_EQ((*p)[3], (*c)->Owners(chain[8]));
 }
 
 TEST(EndpointsTest, ParsesStaticAndDnsItems) {

@@ -332,6 +332,36 @@ TEST_F(BlockStoreTest, EvictionTakesChainTailsBeforeTheirHeads) {
   EXPECT_NE(std::find(survivors_after.begin(), survivors_after.end(), 1u), survivors_after.end());
 }
 
+TEST_F(BlockStoreTest, ACallWhoseChainContinuesKeepsItsLastBlockValued) {
+  // LRFU starts a call's last block as the least valuable (the request's partly filled last
+  // block). A call whose chain continues elsewhere (ChainCursor::call_ends_request = false:
+  // another node of a cluster holds the rest) keeps its last block valued like the others.
+  // Two chains of two blocks, X then Y; a fifth block makes room for itself by evicting one
+  // leaf: X's (the older) when both calls ended their requests, Y's when X's did not.
+  const uint64_t c = ChargeOfOneBlock();
+  for (bool x_ends : {true, false}) {
+    StorageOptions o = ChainOptions(4 * c + c / 2);  // high 4.275c, low 4.05c
+    o.data_dir = dir_.path() + (x_ends ? "/ends" : "/continues");
+    auto s = Open(o);
+    ASSERT_NE(s, nullptr);
+    Register(*s, kNs);
+    const std::vector<std::string> x = {HashOf(0), HashOf(1)}, y = {HashOf(2), HashOf(3)};
+    for (const auto* chain : {&x, &y}) {
+      std::vector<std::string> values = {MakeValue(kValueBytes, rng_),
+                                         MakeValue(kValueBytes, rng_)};
+      std::vector<BlockStore::BlockWrite> writes = {{(*chain)[0], values[0]},
+                                                    {(*chain)[1], values[1]}};
+      BlockStore::ChainCursor cursor;
+      cursor.call_ends_request = chain == &y || x_ends;
+      for (const absl::Status& st : s->PutBlocks(kNs, writes, &cursor)) ASSERT_TRUE(st.ok()) << st;
+    }
+    ASSERT_TRUE(Put(*s, kNs, HashOf(4), MakeValue(kValueBytes, rng_)).ok());
+    EXPECT_EQ(s->Stats().evicted_blocks, 1u);
+    EXPECT_EQ(Lookup(*s, kNs, x), x_ends ? 1u : 2u) << x_ends;
+    EXPECT_EQ(Lookup(*s, kNs, y), x_ends ? 2u : 1u) << x_ends;
+  }
+}
+
 // Puts `chain` in calls of `per_call` blocks that share one cursor, as the put reactor
 // commits a streamed request in pieces.
 // Returns how many were refused with RESOURCE_EXHAUSTED (any other failure fails the test).

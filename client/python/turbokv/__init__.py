@@ -21,6 +21,7 @@ _LAZY = {
     "Client": ("turbokv.client", "Client"),
     "NamespaceInfo": ("turbokv.client", "NamespaceInfo"),
     "BlockResult": ("turbokv.client", "BlockResult"),
+    "ChainContext": ("turbokv.sharding", "ChainContext"),
     "LookupResult": ("turbokv.client", "LookupResult"),
     "NamespaceStats": ("turbokv.client", "NamespaceStats"),
     "ServerStats": ("turbokv.client", "ServerStats"),

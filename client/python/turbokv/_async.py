@@ -74,40 +74,44 @@ class AsyncCalls:
 
     # -- the async variants (same arguments as the blocking methods) --------------------------
     def lookup_async(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
-                     timeout: float | None = None
+                     timeout: float | None = None, *, chain: Any = None
                      ) -> concurrent.futures.Future[LookupResult]:
         """:meth:`lookup` on the client's pool: a Future of a LookupResult."""
         return self._submit(getattr(self, "lookup"), timeout, namespace_id, hashes,
-                            lease_seconds)
+                            lease_seconds, chain=chain)
 
     def get_blocks_async(self, namespace_id: int, hashes: Sequence[bytes],
                          dtype: str | None = None, layers: Any = None,
                          timeout: float | None = None,
-                         out: Any = None
+                         out: Any = None, *, chain: Any = None
                          ) -> concurrent.futures.Future[list[np.ndarray | None]]:
         """:meth:`get_blocks` on the client's pool: a Future of the list of arrays (views into
         ``out`` when given; do not touch ``out`` until the future is done)."""
         return self._submit(getattr(self, "get_blocks"), timeout, namespace_id, hashes,
-                            dtype=dtype, layers=layers, out=out)
+                            dtype=dtype, layers=layers, out=out, chain=chain)
 
     def get_packed_blocks_async(self, namespace_id: int, hashes: Sequence[bytes],
-                                timeout: float | None = None,
-                                out: Any = None) -> concurrent.futures.Future[list[Any]]:
+                                timeout: float | None = None, out: Any = None, *,
+                                chain: Any = None) -> concurrent.futures.Future[list[Any]]:
         """:meth:`get_packed_blocks` on the client's pool."""
         return self._submit(getattr(self, "get_packed_blocks"), timeout, namespace_id, hashes,
-                            out=out)
+                            out=out, chain=chain)
 
     def put_blocks_async(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
-                         timeout: float | None = None
+                         timeout: float | None = None, *, chain: Any = None,
+                         chain_continues: bool = False
                          ) -> concurrent.futures.Future[list[BlockResult]]:
         """:meth:`put_blocks` on the client's pool: a Future of the list of BlockResult.
         ``blocks`` is read while the call runs: do not modify it until the future is done."""
-        return self._submit(getattr(self, "put_blocks"), timeout, namespace_id, hashes, blocks)
+        return self._submit(getattr(self, "put_blocks"), timeout, namespace_id, hashes, blocks,
+                            chain=chain, chain_continues=chain_continues)
 
     def put_packed_blocks_async(self, namespace_id: int, hashes: Sequence[bytes],
-                                blocks: Sequence[Any], timeout: float | None = None
+                                blocks: Sequence[Any], timeout: float | None = None, *,
+                                chain: Any = None, chain_continues: bool = False
                                 ) -> concurrent.futures.Future[list[BlockResult]]:
-        """:meth:`put_packed_blocks` on the client's pool."""
+        """:meth:`put_packed_blocks` on the client's pool (``chain``, ``chain_continues`` as
+        in the blocking calls)."""
         return self._submit(getattr(self, "put_packed_blocks"), timeout, namespace_id, hashes,
-                            blocks)
+                            blocks, chain=chain, chain_continues=chain_continues)
 

@@ -61,6 +61,7 @@ from ._async import AsyncCalls
 from .errors import StatusCode, TurboKVError
 from .hasher import PrefixHasher
 from .security import Security
+from .sharding import ChainContext, chain_context
 
 try:
     from .v1 import turbokv_pb2 as pb
@@ -467,9 +468,17 @@ class Client(AsyncCalls):
             self._shapes.pop(namespace_id, None)
         return int(resp.deleted_blocks)
 
+    def chain_context(self, chain: Sequence[bytes], start: int) -> ChainContext:
+        """The ``chain=`` argument for a call on ``chain[start:]``: ``ChainContext(start)``
+        (one server needs no segment head; ShardedClient.chain_context fills it in).
+        ValueError: ``start`` outside [0, len(chain)]."""
+        return chain_context(chain, start, 1)
+
     # -- put ---------------------------------------------------------------------------------
     def put_blocks(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
-                   timeout: float | None = None) -> list[BlockResult]:
+                   timeout: float | None = None, *,
+                   chain: ChainContext | None = None,
+                   chain_continues: bool = False) -> list[BlockResult]:
         """Stores raw blocks: ``blocks[i]`` under ``hashes[i]``.
 
         Args:
@@ -477,6 +486,15 @@ class Client(AsyncCalls):
             a sequence of ``[L][2][block_tokens][H][D]`` arrays/tensors, in the namespace
             dtype (see the module docstring; bf16 as uint16 bit patterns or bf16 tensors).
             Read in place (copied only when not C-contiguous).
+          chain: where ``hashes`` sit in their prefix chain. One server holds every block, so
+            it is ignored here; it is accepted so that engines can drive a Client and a
+            ShardedClient alike (see ``chain_context``).
+          chain_continues: the request puts more blocks of this chain after ``hashes`` (in
+            another call or on another node; ShardedClient sets it on the per-node calls that
+            do not hold its call's last block). Sent in the stream's header
+            (``PutBlocksHeader.chain_continues``): the server's eviction policy then does not
+            take the last of ``hashes`` for the request's last, partly filled block
+            (docs/cluster.md, "Placement").
         Returns:
           One :class:`BlockResult` per block, in order (a per-block failure is its ``code``).
         Raises:
@@ -496,25 +514,28 @@ class Client(AsyncCalls):
             items = blocks
         payloads = [_block_view(buffers.as_array(b, "blocks[%d]" % i), i, want, npdt,
                                 shape.dtype) for i, b in enumerate(items)]
-        return self._put(namespace_id, hashes, payloads, pb.ENCODING_RAW, deadline)
+        return self._put(namespace_id, hashes, payloads, pb.ENCODING_RAW, deadline,
+                         chain_continues)
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          blocks: Sequence[Any],
-                          timeout: float | None = None) -> list[BlockResult]:
+                          blocks: Sequence[Any], timeout: float | None = None, *,
+                          chain: ChainContext | None = None,
+                          chain_continues: bool = False) -> list[BlockResult]:
         """Stores packed blocks (kernels/FORMAT.md) as they are: ``bytes`` or any
         C-contiguous buffer (uint8 arrays, CPU tensors). The server validates the header,
         namespace, codec and checksum (per-block INVALID_ARGUMENT otherwise).
-        Returns one :class:`BlockResult` per block."""
+        Returns one :class:`BlockResult` per block. ``chain``: ignored, ``chain_continues`` as
+        in put_blocks."""
         namespace_id = _uint("namespace_id", namespace_id, 64)
         hashes = _block_hashes(hashes)
         payloads = [b if isinstance(b, bytes) else
                     buffers.byte_view(b, "blocks[%d]" % i).data
                     for i, b in enumerate(blocks)]
         return self._put(namespace_id, hashes, payloads, pb.ENCODING_PACKED,
-                         self._deadline(timeout))
+                         self._deadline(timeout), chain_continues)
 
     def _put(self, ns_id: int, hashes: Sequence[bytes], payloads: Sequence[Any], encoding: Any,
-             deadline: float) -> list[BlockResult]:
+             deadline: float, chain_continues: bool = False) -> list[BlockResult]:
         # ns_id and hashes come checked (_uint, _block_hashes) from put_blocks / put_packed_blocks.
         if len(hashes) != len(payloads):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(payloads)))
@@ -524,7 +545,7 @@ class Client(AsyncCalls):
 
         # The stream's header rides on its first message: with the block count the server
         # reads the end of the stream without reserving in-flight budget (PutBlocksHeader).
-        header = pb.PutBlocksHeader(block_count=len(payloads))
+        header = pb.PutBlocksHeader(block_count=len(payloads), chain_continues=chain_continues)
 
         def requests() -> Iterator[Any]:
             first = True
@@ -558,11 +579,13 @@ class Client(AsyncCalls):
 
     # -- lookup / get ------------------------------------------------------------------------
     def lookup(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
-               timeout: float | None = None) -> LookupResult:
+               timeout: float | None = None, *,
+               chain: ChainContext | None = None) -> LookupResult:
         """How many leading hashes of the prefix chain are stored (index only).
 
         ``lease_seconds`` > 0 pins the matched blocks against eviction until a get of them
-        or the lease ends. Raises TurboKVError NOT_FOUND for an unknown namespace."""
+        or the lease ends. ``chain``: ignored (as in put_blocks). Raises TurboKVError
+        NOT_FOUND for an unknown namespace."""
         req = pb.LookupRequest(namespace_id=_uint("namespace_id", namespace_id, 64),
                                block_hashes=_block_hashes(hashes),
                                lease_seconds=_uint("lease_seconds", lease_seconds))
@@ -571,7 +594,8 @@ class Client(AsyncCalls):
 
     def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: str | None = None,
                    layers: Layers = None, timeout: float | None = None,
-                   out: Any = None) -> list[np.ndarray | None]:
+                   out: Any = None, *,
+                   chain: ChainContext | None = None) -> list[np.ndarray | None]:
         """Fetches blocks decoded to ``dtype``.
 
         Args:
@@ -587,6 +611,7 @@ class Client(AsyncCalls):
             torch tensors (pinned or not) or buffer-protocol objects; a typed buffer must have
             the output dtype (or be uint8). The slot of a missing block is left as it was; on
             an error the contents of ``out`` are unspecified.
+          chain: ignored (as in put_blocks).
         Returns:
           One entry per hash: ``np.ndarray [end-begin][2][block_tokens][H][D]`` (a view into
           ``out`` when given, else a new writable array) or None when the block is not stored.
@@ -617,8 +642,9 @@ class Client(AsyncCalls):
         return [None if b is None else b.view(npdt).reshape(want) for b in raw]
 
     def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          timeout: float | None = None, out: Any = None) -> list[Any]:
-        """Fetches packed blocks as stored.
+                          timeout: float | None = None, out: Any = None, *,
+                          chain: ChainContext | None = None) -> list[Any]:
+        """Fetches packed blocks as stored (``chain``: ignored, as in put_blocks).
 
         Args:
           out: caller-owned memory (as in :meth:`get_blocks`): one writable buffer split
@@ -655,8 +681,10 @@ class Client(AsyncCalls):
 
     # -- delete / stats ----------------------------------------------------------------------
     def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                      timeout: float | None = None) -> int:
-        """Deletes blocks; returns how many existed. NOT_FOUND for an unknown namespace."""
+                      timeout: float | None = None, *,
+                      chain: ChainContext | None = None) -> int:
+        """Deletes blocks; returns how many existed. NOT_FOUND for an unknown namespace.
+        ``chain``: ignored (as in put_blocks)."""
         req = pb.DeleteBlocksRequest(namespace_id=_uint("namespace_id", namespace_id, 64),
                                      block_hashes=_block_hashes(hashes))
         resp = self._call(lambda t: self._stub.DeleteBlocks(req, timeout=t),

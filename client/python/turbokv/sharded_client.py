@@ -4,7 +4,28 @@
     c = ShardedClient("10.0.0.1:50051,10.0.0.2:50051", replicas=2)
     c = ShardedClient("dns:///turbokv.default.svc.cluster.local:50051")
 
-Placement (sharding.py): block hash -> the first ``replicas`` nodes of its rendezvous rank.
+Placement (sharding.py): a prefix chain is cut into segments of ``segment_blocks``
+consecutive blocks by position, and each block goes to the first ``replicas`` nodes of the
+rendezvous rank of its segment's first block. The default, 1, places each block by its own
+hash, which spreads every chain and so the load evenly over the nodes and hits best
+(docs/cluster.md, "Placement"); longer segments keep runs of a chain on one node, so a Lookup
+asks fewer nodes. A put's per-node calls that do not hold its last block carry
+``chain_continues``, so each server's eviction policy sees the request's last block where a
+single server would.
+
+Placing a block needs its position in the chain, so every call that takes hashes assumes they
+start their chain (``hashes[0]`` at position 0) unless ``chain=`` says where they sit (a
+:class:`turbokv.sharding.ChainContext`; ``chain_context(whole_chain, start)`` builds it). The
+engines' pattern::
+
+    m = c.lookup(ns, chain).matched_blocks                  # the chain from its head
+    got = c.get_blocks(ns, chain[:m])                       # starts at the head too
+    c.put_blocks(ns, chain[m:], rest, chain=c.chain_context(chain, m))
+
+A call that starts inside a segment without its ``segment_head`` raises ValueError naming
+``chain.segment_head``. All clients of a cluster must use the same ``segment_blocks`` (it is part
+of the placement, like the node ids).
+
 Batched calls are split per node and run concurrently; the answers are merged in request
 order:
 
@@ -23,8 +44,10 @@ order:
 Failures: a node that fails with UNAVAILABLE or DEADLINE_EXCEEDED is marked down for
 ``node_down_seconds`` (skipped meanwhile) and costs misses: lookups and gets of its blocks miss
 (nothing, with R >= 2 and a live replica), puts of blocks with no live owner return per-block
-UNAVAILABLE. The caller gets an error only when *no* node could answer (UNAVAILABLE), or for
-errors that are the caller's (INVALID_ARGUMENT, NOT_FOUND on every node, ...).
+UNAVAILABLE. The caller gets an error only when the cluster cannot answer: none of the nodes a
+call asked answered and every other node is marked down (UNAVAILABLE), or for errors that are
+the caller's (INVALID_ARGUMENT, ValueError, NOT_FOUND on every node asked, ...). With segments
+one call often asks a single node: its failure costs that call's blocks, not the call.
 
 DNS targets are re-resolved every ``dns_refresh_seconds`` (on the next call after that); a
 failed resolution keeps the previous node list.
@@ -80,6 +103,9 @@ class ShardedClient(AsyncCalls):
       endpoints: ``"host:port,host:port"``, ``"dns:///name:port"`` (items may be mixed), or a
         sequence of such items. See sharding.py for node identities.
       replicas: copies of each block (R), >= 1; capped at the number of nodes. Default 1.
+      segment_blocks: blocks of a chain placed together (S), in [1, 2^20]; 1 places each
+        block by its own hash. Every client of a cluster must use the same value.
+        Default sharding.DEFAULT_SEGMENT_BLOCKS.
       timeout: deadline of each per-node call in seconds. Default 30.
       max_attempts: attempts per per-node call on UNAVAILABLE. Default 2 (a down node should
         cost little; the other nodes still answer).
@@ -95,12 +121,14 @@ class ShardedClient(AsyncCalls):
     def __init__(self, endpoints, replicas: int = 1, timeout: float = 30.0,
                  max_attempts: int = 2, node_down_seconds: float = 5.0,
                  dns_refresh_seconds: float = 30.0, max_concurrent_calls: int = 8,
-                 security: Security | None = None):
+                 security: Security | None = None,
+                 segment_blocks: int = sharding.DEFAULT_SEGMENT_BLOCKS):
         self.security = security
         self._endpoints = sharding.parse_endpoints(endpoints)
         if int(replicas) < 1:
             raise ValueError("replicas must be >= 1, got %r" % (replicas,))
         self.replicas = int(replicas)
+        self.segment_blocks = sharding.check_segment_blocks(segment_blocks)
         self.timeout = float(timeout)
         self.max_attempts = int(max_attempts)
         self.node_down_seconds = float(node_down_seconds)
@@ -177,9 +205,29 @@ class ShardedClient(AsyncCalls):
             return list(self._nodes)
 
     def owners(self, block_hash: bytes, nodes: Sequence[str] | None = None) -> list[str]:
-        """The nodes that hold ``block_hash``, preferred first."""
+        """The nodes of placement key ``block_hash`` (a segment's first block: they hold its
+        whole segment), preferred first."""
         return sharding.owners(self.nodes() if nodes is None else nodes, block_hash,
                                self.replicas)
+
+    def chain_context(self, chain: Sequence[bytes], start: int) -> sharding.ChainContext:
+        """The ``chain=`` argument for a call on ``chain[start:]`` (``chain``: the prefix chain
+        from its head, at least ``start`` hashes). ValueError: ``start`` out of range."""
+        return sharding.chain_context(chain, start, self.segment_blocks)
+
+    def placement(self, hashes: Sequence[bytes], chain: sharding.ChainContext | None = None,
+                  nodes: Sequence[str] | None = None) -> list[list[str]]:
+        """For each of ``hashes`` (consecutive blocks of one chain, placed as ``chain`` says),
+        the nodes that hold it, preferred first. ValueError as the calls raise it."""
+        nodes = self.nodes() if nodes is None else nodes
+        memo: dict[bytes, list[str]] = {}
+        out = []
+        for k in sharding.placement_keys(_block_hashes(hashes), self.segment_blocks, chain):
+            o = memo.get(k)
+            if o is None:
+                o = memo[k] = sharding.owners(nodes, k, self.replicas)
+            out.append(o)
+        return out
 
     def mark_up(self, node: str | None = None) -> None:
         """Forgets that ``node`` (default: every node) failed, so the next call tries it."""
@@ -233,14 +281,20 @@ class ShardedClient(AsyncCalls):
                 out[n] = d
         return out
 
-    @staticmethod
-    def _raise_if_none_answered(results: dict) -> None:
+    def _raise_if_none_answered(self, results: dict, nodes: Sequence[str] = ()) -> None:
+        """Raises when none of the nodes asked (``results``) answered: NOT_FOUND when every one
+        said so; nothing when another node of the cluster (``nodes``) is not marked down (the
+        call then reports the asked nodes' blocks as misses: with segments one call often asks
+        one node, and a down node costs misses, not a failed call, while the cluster answers);
+        else UNAVAILABLE naming each node's error."""
         if not results or any(not isinstance(r, _NodeDown) for r in results.values()):
             return
         errors = [r.error for r in results.values() if r.error is not None]
         not_found = [e for e in errors if e.code == StatusCode.NOT_FOUND]
         if not_found and len(not_found) == len(errors):
             raise not_found[0]
+        if any(n not in results and not self._is_down(n) for n in nodes):
+            return
         raise TurboKVError(StatusCode.UNAVAILABLE, "no turbokv node answered (%s)" %
                            ", ".join("%s: %s" % (n, r.error or "down")
                                      for n, r in sorted(results.items())))
@@ -277,39 +331,51 @@ class ShardedClient(AsyncCalls):
 
     # -- put ---------------------------------------------------------------------------------
     def put_blocks(self, namespace_id: int, hashes: Sequence[bytes], blocks: Any,
-                   timeout: float | None = None) -> list[BlockResult]:
-        """Client.put_blocks over the cluster (see the module docstring for the results)."""
+                   timeout: float | None = None, *,
+                   chain: sharding.ChainContext | None = None,
+                   chain_continues: bool = False) -> list[BlockResult]:
+        """Client.put_blocks over the cluster (see the module docstring for the results).
+        ``chain``: where ``hashes`` sit in their chain (default: they start it).
+        ``chain_continues``: as in Client.put_blocks; the per-node calls without the last of
+        ``hashes`` carry it anyway (their last block is a middle part of the chain)."""
         if isinstance(blocks, (list, tuple)):
             items = list(blocks)
         else:
             arr = buffers.as_array(blocks, "blocks")
             items = list(arr) if arr.ndim == 6 else [arr]
-        return self._put(namespace_id, hashes, items,
-                         lambda c, hs, bs: c.put_blocks(namespace_id, hs, bs, timeout))
+        return self._put(namespace_id, hashes, items, chain, chain_continues,
+                         lambda c, hs, bs, more: c.put_blocks(namespace_id, hs, bs, timeout,
+                                                              chain_continues=more))
 
     def put_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          blocks: Sequence[Any],
-                          timeout: float | None = None) -> list[BlockResult]:
-        """Client.put_packed_blocks over the cluster."""
-        return self._put(namespace_id, hashes, list(blocks),
-                         lambda c, hs, bs: c.put_packed_blocks(namespace_id, hs, bs, timeout))
+                          blocks: Sequence[Any], timeout: float | None = None, *,
+                          chain: sharding.ChainContext | None = None,
+                          chain_continues: bool = False) -> list[BlockResult]:
+        """Client.put_packed_blocks over the cluster (``chain``, ``chain_continues`` as in
+        put_blocks)."""
+        return self._put(namespace_id, hashes, list(blocks), chain, chain_continues,
+                         lambda c, hs, bs, more: c.put_packed_blocks(
+                             namespace_id, hs, bs, timeout, chain_continues=more))
 
-    def _put(self, ns_id, hashes, blocks, put) -> list[BlockResult]:
+    def _put(self, ns_id, hashes, blocks, chain, chain_continues, put) -> list[BlockResult]:
         hashes = _block_hashes(hashes)
         if len(hashes) != len(blocks):
             raise ValueError("%d hashes but %d blocks" % (len(hashes), len(blocks)))
         if not hashes:
             return []
         nodes = self.nodes()
-        own = [self.owners(h, nodes) for h in hashes]
+        own = self.placement(hashes, chain, nodes)
         per_node: dict[str, list[int]] = {}
         for i, o in enumerate(own):
             for n in o:
                 per_node.setdefault(n, []).append(i)
-        work = {n: (lambda c, idx=idx: put(c, [hashes[i] for i in idx], [blocks[i] for i in idx]))
+        # A node without the last block gets a middle part of the chain (chain_continues).
+        last = len(hashes) - 1
+        work = {n: (lambda c, idx=idx: put(c, [hashes[i] for i in idx], [blocks[i] for i in idx],
+                                           chain_continues or idx[-1] != last))
                 for n, idx in per_node.items()}
         results = self._fan_out(ns_id, work)
-        self._raise_if_none_answered(results)
+        self._raise_if_none_answered(results, nodes)
         by_node = {n: dict(zip(per_node[n], r)) for n, r in results.items()
                    if not isinstance(r, _NodeDown)}
         out = []
@@ -329,12 +395,14 @@ class ShardedClient(AsyncCalls):
 
     # -- lookup ------------------------------------------------------------------------------
     def lookup(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
-               timeout: float | None = None) -> LookupResult:
-        """Leading match of the prefix chain across the cluster (module docstring)."""
+               timeout: float | None = None, *,
+               chain: sharding.ChainContext | None = None) -> LookupResult:
+        """Leading match of the prefix chain across the cluster (module docstring).
+        ``hashes``: the chain from its head, unless ``chain`` says where they start."""
         hashes = _block_hashes(hashes)
         n = len(hashes)
         nodes = self.nodes()
-        own = [self.owners(h, nodes) for h in hashes]
+        own = self.placement(hashes, chain, nodes)
         positions: dict[str, list[int]] = {}
         for i, o in enumerate(own):
             for node in o:
@@ -371,7 +439,7 @@ class ShardedClient(AsyncCalls):
 
         first = run(list(positions))
         if not answered[0] and first:
-            self._raise_if_none_answered(first)
+            self._raise_if_none_answered(first, nodes)
         g = 0
         while g < n:
             if any(present[g].get(node) for node in own[g]):
@@ -397,25 +465,29 @@ class ShardedClient(AsyncCalls):
     # -- get ---------------------------------------------------------------------------------
     def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: str | None = None,
                    layers: Layers = None, timeout: float | None = None,
-                   out: Any = None) -> list[np.ndarray | None]:
+                   out: Any = None, *,
+                   chain: sharding.ChainContext | None = None) -> list[np.ndarray | None]:
         """Client.get_blocks over the cluster: each block from the first owner that has it
-        (``out`` as in Client.get_blocks; each owner writes into the block's slot)."""
-        return self._get(namespace_id, hashes, out,
+        (``out`` as in Client.get_blocks; each owner writes into the block's slot).
+        ``chain``: where ``hashes`` sit in their chain (default: they start it)."""
+        return self._get(namespace_id, hashes, out, chain,
                          lambda c, hs, o: c.get_blocks(namespace_id, hs, dtype=dtype,
                                                        layers=layers, timeout=timeout, out=o))
 
     def get_packed_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                          timeout: float | None = None, out: Any = None) -> list[Any]:
-        """Client.get_packed_blocks over the cluster."""
-        return self._get(namespace_id, hashes, out,
+                          timeout: float | None = None, out: Any = None, *,
+                          chain: sharding.ChainContext | None = None) -> list[Any]:
+        """Client.get_packed_blocks over the cluster (``chain`` as in get_blocks)."""
+        return self._get(namespace_id, hashes, out, chain,
                          lambda c, hs, o: c.get_packed_blocks(namespace_id, hs, timeout, out=o))
 
     def _get(self, ns_id: int, hashes: Sequence[bytes], out: Any,
+             chain: sharding.ChainContext | None,
              get: Callable[[Client, list[bytes], list[Any] | None], list[Any]]) -> list[Any]:
         hashes = _block_hashes(hashes)
-        slots = buffers.split_out(out, len(hashes)) if out is not None else None
         nodes = self.nodes()
-        own = [self.owners(h, nodes) for h in hashes]
+        own = self.placement(hashes, chain, nodes)
+        slots = buffers.split_out(out, len(hashes)) if out is not None else None
         result: list[Any] = [None] * len(hashes)
         pending = list(range(len(hashes)))
         any_answer = False
@@ -442,23 +514,25 @@ class ShardedClient(AsyncCalls):
             if not pending:
                 break
         if hashes and not any_answer:
-            self._raise_if_none_answered(last_results)
+            self._raise_if_none_answered(last_results, nodes)
         return result
 
     # -- delete / stats ----------------------------------------------------------------------
     def delete_blocks(self, namespace_id: int, hashes: Sequence[bytes],
-                      timeout: float | None = None) -> int:
-        """Deletes the blocks from all their owners; returns the copies deleted."""
+                      timeout: float | None = None, *,
+                      chain: sharding.ChainContext | None = None) -> int:
+        """Deletes the blocks from all their owners; returns the copies deleted. ``chain``:
+        where ``hashes`` sit in their chain (default: they start it)."""
         hashes = _block_hashes(hashes)
         nodes = self.nodes()
         per_node: dict[str, list[bytes]] = {}
-        for h in hashes:
-            for n in self.owners(h, nodes):
+        for h, own in zip(hashes, self.placement(hashes, chain, nodes)):
+            for n in own:
                 per_node.setdefault(n, []).append(h)
         results = self._fan_out(namespace_id, {
             n: (lambda c, hs=hs: c.delete_blocks(namespace_id, hs, timeout))
             for n, hs in per_node.items()})
-        self._raise_if_none_answered(results)
+        self._raise_if_none_answered(results, nodes)
         return sum(r for r in results.values() if not isinstance(r, _NodeDown))
 
     def node_stats(self, timeout: float | None = None) -> dict[str, ServerStats | None]:

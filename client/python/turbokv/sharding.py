@@ -9,10 +9,22 @@ the C++ and the Python tests check)::
     rank(nodes, block_hash)     = nodes sorted by weight descending, ties by node_id ascending
                                   (bytewise)
 
-A block lives on the first R nodes of its rank (R = replication factor). This is rendezvous
+Segments: a prefix chain is cut into segments of ``segment_blocks`` (S) consecutive blocks by
+absolute position (positions [0, S), [S, 2S), ...), and every block of a segment is placed by the
+hash of the segment's first block (its *placement key*)::
+
+    placement_key(chain, i) = chain[(i // S) * S]
+    owners(chain, i)        = the first R nodes of rank(nodes, placement_key(chain, i))
+
+S = 1 places each block by its own hash (the placement before segments). This is rendezvous
 (highest-random-weight) hashing (Thaler & Ravishankar, "A Name-Based Mapping Scheme for
 Rendezvous", 1996): adding a node to N moves only the keys the new node wins, ~1/(N+1) of them,
 and removing one moves only the keys it held.
+
+Chain context: a call whose hashes do not start at their chain's head says where they sit
+(:class:`ChainContext`): ``position``, the chain index of ``hashes[0]``, and ``segment_head``,
+the hash at ``(position // S) * S`` when that is before ``position`` (:func:`chain_context`
+builds it from the whole chain).
 
 A node's identity is the endpoint string: ``host:port`` as written in a static list, or
 ``ip:port`` (``[ip6]:port``) of an address resolved from a ``dns:///name:port`` target.
@@ -29,6 +41,11 @@ import socket
 from collections.abc import Sequence
 
 DNS_PREFIX = "dns:///"
+#: Default segment length in blocks: 1, each block by its own hash, which balances the nodes
+#: best and hits best in the cache replay benchmark (docs/cluster.md, "Placement").
+DEFAULT_SEGMENT_BLOCKS = 1
+#: Largest segment_blocks accepted.
+MAX_SEGMENT_BLOCKS = 1 << 20
 
 
 def weight(node_id: str, block_hash: bytes) -> int:
@@ -46,6 +63,78 @@ def rank(node_ids: Sequence[str], block_hash: bytes) -> list[str]:
 def owners(node_ids: Sequence[str], block_hash: bytes, replicas: int) -> list[str]:
     """The first ``replicas`` nodes of the rank (all nodes when there are fewer)."""
     return rank(node_ids, block_hash)[:max(1, int(replicas))]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainContext:
+    """Where a call's ``hashes`` sit in their prefix chain (placement needs it).
+
+    Attributes:
+      position: chain index of ``hashes[0]`` (0: ``hashes[0]`` is the chain's head). >= 0.
+      segment_head: the block hash at chain index ``(position // S) * S`` (S = the client's
+        ``segment_blocks``), the first block of ``hashes[0]``'s segment. Required when that
+        index is before ``position``; ignored (may be ``b""``) when ``position`` is a multiple
+        of S. :func:`chain_context` and ``ShardedClient.chain_context`` fill it in.
+    """
+    position: int = 0
+    segment_head: bytes = b""
+
+
+#: The context of hashes that start their chain (what every call assumes by default).
+CHAIN_HEAD = ChainContext()
+
+
+def check_segment_blocks(segment_blocks: int) -> int:
+    """``segment_blocks`` as an int; ValueError naming it when outside [1, 2^20]."""
+    s = int(segment_blocks)
+    if not 1 <= s <= MAX_SEGMENT_BLOCKS:
+        raise ValueError("segment_blocks must be in [1, %d], got %r"
+                         % (MAX_SEGMENT_BLOCKS, segment_blocks))
+    return s
+
+
+def chain_context(chain: Sequence[bytes], start: int, segment_blocks: int) -> ChainContext:
+    """The context of ``chain[start:]``: its position and its first segment's head hash.
+
+    ``chain`` is the prefix chain from its head (at least ``start`` hashes; only the one at
+    ``(start // segment_blocks) * segment_blocks`` is read). ValueError: ``start`` outside
+    [0, len(chain)], bad ``segment_blocks``."""
+    s = check_segment_blocks(segment_blocks)
+    start = int(start)
+    if not 0 <= start <= len(chain):
+        raise ValueError("start must be in [0, len(chain) = %d], got %d" % (len(chain), start))
+    head = (start // s) * s
+    return ChainContext(start, bytes(chain[head]) if head < start else b"")
+
+
+def placement_keys(hashes: Sequence[bytes], segment_blocks: int,
+                   chain: ChainContext | None = None) -> list[bytes]:
+    """For each of ``hashes`` (consecutive blocks of one chain, ``hashes[0]`` at
+    ``chain.position``), the hash its owners are ranked by: its segment's first block.
+
+    ValueError naming the argument: a negative ``chain.position``; an empty
+    ``chain.segment_head`` when ``hashes[0]``'s segment starts before it."""
+    s = check_segment_blocks(segment_blocks)
+    ctx = CHAIN_HEAD if chain is None else chain
+    if not isinstance(ctx, ChainContext):
+        raise TypeError("chain must be a turbokv.ChainContext, got %s" % type(ctx).__name__)
+    pos = int(ctx.position)
+    if pos < 0:
+        raise ValueError("chain.position must be >= 0, got %d" % pos)
+    out: list[bytes] = []
+    lead = pos % s  # blocks of hashes[0]'s segment before hashes[0]
+    for j in range(len(hashes)):
+        k = j + lead
+        if k < s and lead:
+            if not ctx.segment_head:
+                raise ValueError(
+                    "chain.segment_head is required: hashes[0] sits at chain position %d, "
+                    "inside the segment that starts at position %d (segment_blocks=%d); pass "
+                    "chain=client.chain_context(whole_chain, %d)" % (pos, pos - lead, s, pos))
+            out.append(bytes(ctx.segment_head))
+        else:
+            out.append(bytes(hashes[k - k % s - lead]))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -233,6 +233,13 @@ struct ClientOptions {
 struct CallOptions {
   // Deadline of this call; zero = ClientOptions::timeout.
   absl::Duration timeout = absl::ZeroDuration();
+  // PutBlocks: the request puts more blocks of the same chain after this call's last block (in
+  // another call, or on another node: ShardedClient sets it on the per-node calls that do not
+  // hold the call's last block). Sent in the stream's header (PutBlocksHeader.chain_continues);
+  // the server's eviction policy then does not take the call's last block for the request's
+  // last, partly filled block (docs/cluster.md, "Placement"). Ignored by other calls. Default:
+  // false.
+  bool chain_continues = false;
 };
 
 class Client {

@@ -10,13 +10,24 @@
 //   rank(nodes, block_hash)     = the nodes sorted by weight, highest first; equal weights
 //                                 by node_id ascending (bytewise)
 //
-// A block lives on the first R nodes of its rank (R = replication factor). This is rendezvous
-// or highest-random-weight hashing (Thaler & Ravishankar, "A Name-Based Mapping Scheme for
-// Rendezvous", 1996): when a node joins N others, only the keys it now wins move (~1/(N+1)
-// of them); when one leaves, only its keys move.
+// Segments: a prefix chain is cut into segments of S = segment_blocks consecutive blocks by
+// absolute position ([0, S), [S, 2S), ...); every block of a segment is placed by the hash of the
+// segment's first block, its placement key:
 //
-// A node's id is its endpoint string: "host:port" exactly as written in a static list, or
-// "ip:port" ("[ip6]:port") for each A/AAAA record of a "dns:///name:port" target.
+//   placement_key(chain, i) = chain[(i / S) * S]
+//   owners(chain, i)        = the first R nodes of rank(nodes, placement_key(chain, i))
+//
+// (R = replication factor; S = 1 places each block by its own hash.) This is rendezvous or
+// highest-random-weight hashing (Thaler & Ravishankar, "A Name-Based Mapping Scheme for
+// Rendezvous", 1996): when a node joins N others, only the keys it now wins move (~1/(N+1) of
+// them); when one leaves, only its keys move.
+//
+// Chain context: a call whose hashes do not start at their chain's head says where they sit
+// (ChainContext): the position of hashes[0] and, when its segment starts before it, the hash of the
+// segment's first block.
+//
+// A node's id is its endpoint string: "host:port" exactly as written in a static list, or "ip:port"
+// ("[ip6]:port") for each A/AAAA record of a "dns:///name:port" target.
 //
 // Endpoint specs: a comma-separated list of items, each "host:port", "[ip6]:port" or
 // "dns:///name:port" (no authority).
@@ -46,6 +57,38 @@ std::vector<size_t> RendezvousRank(absl::Span<const std::string> node_ids,
 // The first min(replicas, node_ids.size()) indices of the rank (replicas < 1 counts as 1).
 std::vector<size_t> RendezvousOwners(absl::Span<const std::string> node_ids,
                                      absl::string_view block_hash, int replicas);
+
+// Default segment_blocks: 1, each block by its own hash. It balances the nodes' loads best and
+// hits best in the cache replay benchmark; longer segments ask fewer nodes per Lookup for a
+// lower hit ratio (docs/cluster.md, "Placement").
+inline constexpr int kDefaultSegmentBlocks = 1;
+// Largest segment_blocks accepted.
+inline constexpr int kMaxSegmentBlocks = 1 << 20;
+
+// Where a call's hashes sit in their prefix chain (placement needs it).
+struct ChainContext {
+  // Chain index of hashes[0]; 0: hashes[0] is the chain's head (the default).
+  uint64_t position = 0;
+  // The block hash at chain index (position / S) * S, the first block of hashes[0]'s segment.
+  // Required when that index is before `position`; ignored when position is a multiple of S.
+  std::string segment_head;
+};
+
+// InvalidArgument naming segment_blocks when it is outside [1, kMaxSegmentBlocks].
+[[nodiscard]] absl::Status ValidateSegmentBlocks(int segment_blocks);
+
+// The context of chain[start:] (`chain`: the prefix chain from its head; only the hash at (start /
+// segment_blocks) * segment_blocks is read). InvalidArgument: start > chain.size(), bad
+// segment_blocks.
+[[nodiscard]] absl::StatusOr<ChainContext> MakeChainContext(absl::Span<const std::string> chain,
+                                                            size_t start, int segment_blocks);
+
+// For each of `hashes` (consecutive blocks of one chain, hashes[0] at chain.position) its placement
+// key: a view of an element of `hashes` or of chain.segment_head (valid while they are).
+// InvalidArgument naming chain.segment_head when hashes[0]'s segment starts before it and
+// chain.segment_head is empty; naming segment_blocks when it is out of range.
+[[nodiscard]] absl::StatusOr<std::vector<absl::string_view>> PlacementKeys(
+    absl::Span<const std::string> hashes, int segment_blocks, const ChainContext& chain);
 
 // One item of an endpoint spec.
 struct Endpoint {

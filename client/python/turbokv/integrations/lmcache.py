@@ -159,10 +159,14 @@ class TurboKVConnector(RemoteConnector):
         self.num_kv_heads, self.head_dim = heads, head_dim
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
+        # segment_blocks=1: LMCache hands a remote connector chunk keys without their place in
+        # the prompt (a batch may start anywhere in it), so each chunk is placed by its own
+        # hash; segments need the chunk's position (docs/cluster.md, "Placement").
         self.client = client or ShardedClient(self.settings.server,
                                               replicas=self.settings.replicas,
                                               timeout=self.settings.timeout,
-                                              security=self.settings.security)
+                                              security=self.settings.security,
+                                              segment_blocks=1)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4,
                                                            thread_name_prefix="turbokv-lmc")
         self._lock = threading.Lock()

@@ -255,7 +255,8 @@ class TurboKVConnectorScheduler:
         self._pending_loads.append(LoadSpec(
             req_id=request.request_id, salt=st.salt, ns_ids=list(st.ns_ids),
             hashes=[c[first:last] for c in st.chains], skip_tokens=start - first * self._bt,
-            block_ids=st.block_ids[start // self._vbs:end // self._vbs]))
+            block_ids=st.block_ids[start // self._vbs:end // self._vbs],
+            chains=[self._client.chain_context(c, first) for c in st.chains]))
 
     # -- the step's plan ------------------------------------------------------------------
     def build_connector_meta(self, scheduler_output: SchedulerOutput
@@ -307,6 +308,8 @@ class TurboKVConnectorScheduler:
         meta.saves.append(SaveSpec(req_id=req.request_id, salt=st.salt, ns_ids=list(st.ns_ids),
                                    hashes=[c[first:full] for c in st.chains],
                                    block_ids=st.block_ids[first * per:full * per],
+                                   chains=[self._client.chain_context(c, first)
+                                           for c in st.chains],
                                    announce=self._announcement(st, first, full)))
         st.saved_blocks = full
 

@@ -12,6 +12,7 @@ import time
 
 from turbokv.errors import StatusCode
 from turbokv.security import Security
+from turbokv.sharding import DEFAULT_SEGMENT_BLOCKS
 
 # A child of vLLM's "vllm" logger, so lines come out with vLLM's format and level.
 logger = logging.getLogger("vllm.turbokv")
@@ -50,6 +51,9 @@ class ConnectorOptions:
         vLLM's loop, which would otherwise spin (and hold the GIL the fetch threads need);
         0 = never wait. Default 0.02.
     replicas: copies per block with several nodes. Default 1.
+    segment_blocks: with several nodes, turbokv blocks of a prompt placed together on one node
+        (``turbokv.ShardedClient``); every client of the cluster must use the same value.
+        Default ``turbokv.sharding.DEFAULT_SEGMENT_BLOCKS``.
     tls: TLS with the system's CA roots (implied by tls_ca). Default False.
     tls_ca / tls_cert / tls_key: PEM CA bundle to trust; client certificate and key for a
         server with mutual TLS. Default "" (unset).
@@ -73,6 +77,7 @@ class ConnectorOptions:
     save_decode: bool = True
     idle_wait_s: float = 0.02
     replicas: int = 1
+    segment_blocks: int = DEFAULT_SEGMENT_BLOCKS
     tls: bool = False
     tls_ca: str = ""
     tls_cert: str = ""
@@ -116,7 +121,7 @@ class ConnectorOptions:
                 raise ValueError("turbokv connector: %s=%r: %s" % (k, v, e)) from None
         opts = cls(**kwargs)  # type: ignore[arg-type]  # each value converted to its field type
         for name, lo in (("lease_seconds", 0), ("block_tokens", 0), ("max_pending_save_mib", 0),
-                         ("replicas", 1)):
+                         ("replicas", 1), ("segment_blocks", 1)):
             if getattr(opts, name) < lo:
                 raise ValueError("turbokv connector: %s must be >= %d" % (name, lo))
         for name in ("lookup_timeout_s", "load_timeout_s", "save_timeout_s", "retry_after_s"):
@@ -154,7 +159,7 @@ def make_client(opts: ConnectorOptions, timeout: float):
     if "," in target or target.startswith("dns:"):
         return ShardedClient(target, replicas=opts.replicas, timeout=timeout, max_attempts=1,
                              node_down_seconds=max(opts.retry_after_s, 1.0),
-                             security=opts.security())
+                             security=opts.security(), segment_blocks=opts.segment_blocks)
     return Client(target, timeout=timeout, max_attempts=2, security=opts.security())
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..sharding import ChainContext
 from .vllm_layout import PagedLayout, make_layout
 from .vllm_store import (
     ConnectorOptions,
@@ -81,25 +82,29 @@ class StoredRun:
 class LoadSpec:
     """Fetch ``hashes`` (one list per TP rank; turbokv blocks of ``block_tokens``) and write
     tokens ``[skip_tokens, skip_tokens + len(block_ids) * vllm_block_size)`` of them, in
-    order, into the vLLM blocks ``block_ids``."""
+    order, into the vLLM blocks ``block_ids``. ``chains``: per TP rank, where ``hashes[rank]``
+    sit in the prompt's chain (the client's ``chain_context``; a cluster places by it)."""
     req_id: str
     salt: str
     ns_ids: list[int]
     hashes: list[list[bytes]]
     skip_tokens: int
     block_ids: list[int]
+    chains: list[ChainContext] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class SaveSpec:
     """Put the turbokv blocks ``hashes[rank]``, whose tokens sit in vLLM blocks ``block_ids``
-    (``block_tokens / vllm_block_size`` of them per turbokv block, in order). ``announce``:
-    the blocks as a KV event describes them (set when vLLM's KV events are on)."""
+    (``block_tokens / vllm_block_size`` of them per turbokv block, in order). ``chains`` as
+    in LoadSpec. ``announce``: the blocks as a KV event describes them (set when vLLM's KV
+    events are on)."""
     req_id: str
     salt: str
     ns_ids: list[int]
     hashes: list[list[bytes]]
     block_ids: list[int]
+    chains: list[ChainContext] = dataclasses.field(default_factory=list)
     announce: StoredRun | None = None
 
 
@@ -115,6 +120,11 @@ class LoadTiming:
     wait_s: float        # fetch end -> the get_finished that wrote it
     inject_s: float      # the copy into the paged cache
     total_s: float       # submit -> written
+
+
+def _chain(chains: Sequence[ChainContext], rank: int) -> ChainContext | None:
+    """This rank's chain context; None (the hashes start the chain) when none was sent."""
+    return chains[rank] if rank < len(chains) else None
 
 
 @dataclasses.dataclass
@@ -217,7 +227,8 @@ class WorkerSide:
                           pin_memory=self._device.type == "cuda")
         try:
             # Decoded by the server straight into buf (the client's caller-owned buffers).
-            got = self._client.get_blocks(ns, hashes, timeout=self._load_timeout, out=buf)
+            got = self._client.get_blocks(ns, hashes, timeout=self._load_timeout, out=buf,
+                                          chain=_chain(spec.chains, self._rank))
         except Exception as e:  # noqa: BLE001 - any failure is a miss
             self._health.failed(e)
             if failure_reason(e) == "not_found":
@@ -373,7 +384,8 @@ class WorkerSide:
                 return
             try:
                 results = self._client.put_blocks(ns, hashes, staged,   # read in place
-                                                  timeout=self._save_timeout)
+                                                  timeout=self._save_timeout,
+                                                  chain=_chain(spec.chains, self._rank))
             except Exception as e:  # noqa: BLE001 - a failed save only costs a future miss
                 self._health.failed(e)
                 if failure_reason(e) == "not_found":

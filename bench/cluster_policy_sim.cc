@@ -1,0 +1,278 @@
+// turbokv-cluster-policy-sim: replays Mooncake-format traces (JSONL, hash_ids) through N nodes,
+// each with its own eviction policy (the store's LRFU, or LRU) and total/N blocks of capacity
+// (every block charges one), against one node of the total, and prints the hit ratios.
+//
+// Placement: each segment of S consecutive blocks on the highest-weight node of its first
+// block's id (a rendezvous hash of this file's own, not the clients' weights: the same kind of
+// spread). Calls as the server sees them from ShardedClient, per request: a Lookup on every
+// node of its own blocks in chain order (each node touches its leading match, also past the
+// chain's real match unless --no-touch-past-match), a GetBlocks of the chain's leading match, a
+// PutBlocks per node of the rest (a block that does not fit refuses the node's rest); every
+// call its own request number, parents only within a call (the server's ChainCursor), only the
+// chain's last block last_in_call (the chain_continues hint; --no-hint: each node's
+// last). Also prints, at the end of a run, the share of live blocks no Lookup can reach (a block
+// before them in their chain is gone from its node).
+//
+// A model for trying cluster ideas in seconds; the figures that count come from the cache replay
+// benchmark against real servers (bench/cache_replay, docs/cluster.md).
+//
+//   build/bin/turbokv-cluster-policy-sim --trace t.jsonl --capacity 10,25 --segment-blocks 1,16
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "nlohmann/json.hpp"
+#include "server/storage/eviction_policy.h"
+#include "server/storage/eviction_replay.h"
+#include "server/storage/lrfu_policy.h"
+
+namespace {
+
+using turbokv::server::EvictionPolicy;
+using turbokv::server::kNoSlot;
+using turbokv::server::RequestInfo;
+using turbokv::server::TraceRequest;
+
+std::vector<TraceRequest> LoadTrace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "cannot open %s\n", path.c_str());
+    std::exit(2);
+  }
+  std::vector<TraceRequest> trace;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("hash_ids")) {
+      std::fprintf(stderr, "%s: not a request with hash_ids\n", path.c_str());
+      std::exit(2);
+    }
+    TraceRequest r;
+    for (const nlohmann::json& id : j["hash_ids"]) r.blocks.push_back(id.get<uint64_t>());
+    trace.push_back(std::move(r));
+  }
+  return trace;
+}
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// One node: a policy and its slots.
+struct Node {
+  std::unique_ptr<EvictionPolicy> policy;
+  uint64_t capacity = 0;  // blocks
+  absl::flat_hash_map<uint64_t, uint32_t> slot_of;
+  std::vector<uint64_t> id_of;
+  std::vector<uint32_t> free_slots;
+
+  bool Has(uint64_t id) const { return slot_of.contains(id); }
+};
+
+struct Options {
+  size_t nodes = 1;
+  size_t segment = 1;
+  std::string policy = "lrfu";
+  bool touch_past_match = true;      // a node's Lookup touches its whole leading match
+  bool hint = true;                  // only the chain's last block is last_in_call
+  bool parent_across_calls = false;  // a put's first block names the node's previous block
+};
+
+struct Result {
+  double hit_ratio = 0;    // matched blocks / all chain blocks
+  double unreachable = 0;  // share of the live blocks at the end that no Lookup can reach
+};
+
+// The trace over `o.nodes` nodes of `total` blocks together.
+Result Run(const std::vector<TraceRequest>& trace, uint64_t total, const Options& o) {
+  std::vector<Node> nodes(o.nodes);
+  for (Node& n : nodes) {
+    n.capacity = std::max<uint64_t>(1, total / o.nodes);
+    if (o.policy == "lrfu") {
+      turbokv::server::LrfuOptions lo;
+      lo.capacity_bytes = n.capacity;
+      n.policy = std::make_unique<turbokv::server::LrfuPolicy>(lo);
+    } else {
+      n.policy = std::make_unique<turbokv::server::LruPolicy>();
+    }
+  }
+  uint64_t hits = 0, refs = 0, call = 0;
+  absl::flat_hash_map<uint64_t, uint64_t> parent_id;  // block id -> the id before it (0: head)
+  std::vector<size_t> owner;
+  std::vector<uint32_t> victims;
+  for (const TraceRequest& req : trace) {
+    const std::vector<uint64_t>& ids = req.blocks;
+    for (size_t j = 0; j < ids.size(); ++j) parent_id.emplace(ids[j], j == 0 ? 0 : ids[j - 1]);
+    owner.resize(ids.size());
+    for (size_t j = 0; j < ids.size(); ++j) {
+      const uint64_t head = ids[j / o.segment * o.segment];
+      size_t best = 0;
+      uint64_t best_w = 0;
+      for (size_t n = 0; n < o.nodes; ++n) {
+        const uint64_t w = Mix(head * 0x100000001b3ULL + n);
+        if (n == 0 || w > best_w) best = n, best_w = w;
+      }
+      owner[j] = best;
+    }
+    size_t m = 0;
+    while (m < ids.size() && nodes[owner[m]].Has(ids[m])) ++m;
+    hits += m;
+    refs += ids.size();
+    // Lookup: each node its leading match of its own blocks, one call each.
+    for (size_t n = 0; n < o.nodes; ++n) {
+      RequestInfo info;
+      info.request = ++call;
+      uint32_t parent = kNoSlot;
+      for (size_t j = 0; j < ids.size(); ++j) {
+        if (owner[j] != n) continue;
+        if (!o.touch_past_match && j >= m) break;
+        auto it = nodes[n].slot_of.find(ids[j]);
+        if (it == nodes[n].slot_of.end()) break;
+        nodes[n].policy->OnHit(it->second, parent, ids[j] + 1, info);
+        parent = it->second;
+      }
+    }
+    // GetBlocks of the match, then PutBlocks of the rest, per node.
+    for (size_t n = 0; n < o.nodes; ++n) {
+      Node& node = nodes[n];
+      RequestInfo info;
+      info.request = ++call;
+      uint32_t parent = kNoSlot;
+      for (size_t j = 0; j < m; ++j) {
+        if (owner[j] != n) continue;
+        const uint32_t s = node.slot_of.at(ids[j]);
+        node.policy->OnHit(s, parent, ids[j] + 1, info);
+        parent = s;
+      }
+      info.request = ++call;
+      if (!o.parent_across_calls) parent = kNoSlot;
+      absl::flat_hash_set<uint32_t> own;
+      size_t last_here = ids.size();
+      for (size_t j = m; j < ids.size(); ++j) {
+        if (owner[j] == n) last_here = j;
+      }
+      for (size_t j = m; j < ids.size(); ++j) {
+        if (owner[j] != n) continue;
+        info.last_in_call = o.hint ? j + 1 == ids.size() : j == last_here;
+        if (auto it = node.slot_of.find(ids[j]); it != node.slot_of.end()) {
+          node.policy->OnHit(it->second, parent, ids[j] + 1, info);
+          own.insert(it->second);
+          parent = it->second;
+          continue;
+        }
+        if (node.policy->charged_bytes() + 1 > node.capacity) {
+          victims.clear();
+          node.policy->SelectVictims(
+              node.policy->charged_bytes() + 1 - node.capacity, std::nullopt,
+              [&own](uint32_t s) { return !own.contains(s); }, &victims);
+          for (uint32_t v : victims) {
+            node.policy->OnErase(v, node.id_of[v] + 1, turbokv::server::EraseReason::kEvicted);
+            node.slot_of.erase(node.id_of[v]);
+            node.free_slots.push_back(v);
+          }
+          if (node.policy->charged_bytes() + 1 > node.capacity) break;  // refused: the rest too
+        }
+        uint32_t slot;
+        if (!node.free_slots.empty()) {
+          slot = node.free_slots.back();
+          node.free_slots.pop_back();
+        } else {
+          slot = static_cast<uint32_t>(node.id_of.size());
+          node.id_of.push_back(0);
+        }
+        node.id_of[slot] = ids[j];
+        node.slot_of.emplace(ids[j], slot);
+        node.policy->OnInsert(slot, parent, ids[j] + 1, 1, 0, info);
+        own.insert(slot);
+        parent = slot;
+      }
+    }
+  }
+  // Live blocks no Lookup can reach: some block before them in their chain is gone.
+  size_t live = 0, unreachable = 0;
+  for (const Node& node : nodes) {
+    for (const auto& [id, slot] : node.slot_of) {
+      ++live;
+      for (uint64_t p = parent_id[id]; p != 0; p = parent_id[p]) {
+        bool here = false;
+        for (const Node& other : nodes) here = here || other.Has(p);
+        if (!here) {
+          ++unreachable;
+          break;
+        }
+      }
+    }
+  }
+  Result r;
+  r.hit_ratio = refs == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(refs);
+  r.unreachable = live == 0 ? 0.0 : static_cast<double>(unreachable) / static_cast<double>(live);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Replays a trace through N nodes of an eviction policy",
+               "turbokv-cluster-policy-sim"};
+  std::vector<std::string> traces;
+  std::vector<double> capacities = {10, 25};
+  std::vector<size_t> node_counts = {3};
+  std::vector<size_t> segments = {1};
+  Options o;
+  bool no_touch_past_match = false, no_hint = false;
+  app.add_option("--trace", traces, "Mooncake-format JSONL trace (repeatable)")->required();
+  app.add_option("--capacity", capacities, "% of the distinct blocks")
+      ->delimiter(',')
+      ->check(CLI::Range(0.001, 1000.0));
+  app.add_option("--nodes", node_counts, "node counts compared with one node")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--segment-blocks", segments, "segment lengths (blocks)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--policy", o.policy, "lrfu or lru")->check(CLI::IsMember({"lrfu", "lru"}));
+  app.add_flag("--no-touch-past-match", no_touch_past_match,
+               "a node's Lookup touches only blocks of the chain's real match");
+  app.add_flag("--no-hint", no_hint, "each node's last block of a put is last_in_call");
+  app.add_flag("--parent-across-calls", o.parent_across_calls,
+               "a put's first block names the node's last matched block as its parent");
+  CLI11_PARSE(app, argc, argv);
+  o.touch_past_match = !no_touch_past_match;
+  o.hint = !no_hint;
+  for (const std::string& path : traces) {
+    const std::vector<TraceRequest> trace = LoadTrace(path);
+    const size_t distinct = turbokv::server::DistinctBlocks(trace);
+    for (double percent : capacities) {
+      const auto total = static_cast<uint64_t>(percent / 100.0 * static_cast<double>(distinct));
+      Options one = o;
+      one.nodes = 1;
+      const Result base = Run(trace, total, one);
+      std::printf("%s %g%% %s: 1 node %.4f\n", path.c_str(), percent, o.policy.c_str(),
+                  base.hit_ratio);
+      for (size_t n : node_counts) {
+        for (size_t s : segments) {
+          Options c = o;
+          c.nodes = n;
+          c.segment = s;
+          const Result r = Run(trace, total, c);
+          std::printf("  %zu nodes S=%zu: %.4f (%.3fx), %.1f%% of live blocks unreachable\n", n, s,
+                      r.hit_ratio, r.hit_ratio / base.hit_ratio, 100 * r.unreachable);
+        }
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
