@@ -37,10 +37,10 @@ import hashlib
 import json
 import statistics
 import sys
-from typing import Callable, Dict, List, Sequence
+from collections.abc import Callable, Sequence
 
 
-def load_trace(path: str) -> List[List[int]]:
+def load_trace(path: str) -> list[list[int]]:
     """The trace's requests as lists of block ids (``hash_ids``), in arrival order."""
     with open(path) as f:
         return [json.loads(line)["hash_ids"] for line in f if line.strip()]
@@ -50,7 +50,7 @@ class Weights:
     """Rendezvous weights: SHA-256(node ‖ 0 ‖ key), first 8 bytes big-endian (as sharding.py)."""
 
     def __init__(self) -> None:
-        self._cache: Dict[tuple, int] = {}
+        self._cache: dict[tuple, int] = {}
 
     def winner(self, nodes: Sequence[str], key: int) -> str:
         best, best_w = "", -1
@@ -70,7 +70,7 @@ def is_boundary(block: int, s: int) -> bool:
     return int.from_bytes(d[:8], "big") % s == 0
 
 
-def placement(policy: str) -> Callable[[List[int]], List[int]]:
+def placement(policy: str) -> Callable[[list[int]], list[int]]:
     """chain -> for each position, the block id whose rendezvous winner holds it."""
     if policy == "block":
         return lambda chain: chain
@@ -81,9 +81,9 @@ def placement(policy: str) -> Callable[[List[int]], List[int]]:
     if kind == "fixed":
         return lambda chain: [chain[(i // s) * s] for i in range(len(chain))]
     if kind == "cdc":
-        memo: Dict[int, bool] = {}
+        memo: dict[int, bool] = {}
 
-        def cdc(chain: List[int]) -> List[int]:
+        def cdc(chain: list[int]) -> list[int]:
             out, head = [], chain[0]
             for i, b in enumerate(chain):
                 if i > 0:
@@ -108,7 +108,7 @@ class Lru:
 
     def __init__(self, capacity: int, garbage: float = 0.0) -> None:
         self.capacity = capacity
-        self.d: "collections.OrderedDict[int, None]" = collections.OrderedDict()
+        self.d: collections.OrderedDict[int, None] = collections.OrderedDict()
         self.puts = 0
         self.garbage_share = garbage
         self.garbage = 0
@@ -140,15 +140,15 @@ class Lru:
             self._add_garbage()
 
 
-def replay(trace: List[List[int]], capacity: int, nodes_at: Callable[[int], List[str]],
+def replay(trace: list[list[int]], capacity: int, nodes_at: Callable[[int], list[str]],
            policy: str, weights: Weights, order: str = "server", garbage: float = 0.0) -> dict:
     """Replays trace; nodes_at(request index) gives the membership. Returns the figures."""
     place = placement(policy)
     all_nodes = sorted({n for r in range(len(trace)) for n in (nodes_at(r),)[0]})
-    caches: Dict[str, Lru] = {}
+    caches: dict[str, Lru] = {}
     hits = refs = writes = rewrites = 0
-    asked: List[int] = []
-    prev_nodes: List[str] = []
+    asked: list[int] = []
+    prev_nodes: list[str] = []
     per = max(1, capacity // len(nodes_at(0)))  # a node's capacity; a joining node brings its own
     for r, chain in enumerate(trace):
         nodes = nodes_at(r)
