@@ -1,115 +1,187 @@
 #include "server/server_options.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <thread>
-#include <sched.h>
+#include <limits>
+#include <utility>
+#include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "turbokv/codec/status_macros.h"
 #include "turbokv/codec/types.h"
 
 namespace turbokv::server {
+namespace {
+
+// The backend names, in --help order: the flag, ParseCodecBackendKind and CodecBackendKindName
+// use it.
+const std::vector<std::pair<std::string, CodecBackendKind>>& CodecBackendNames() {
+  static const auto* names = new std::vector<std::pair<std::string, CodecBackendKind>>{
+      {"auto", CodecBackendKind::kAuto},
+      {"cpu", CodecBackendKind::kCpu},
+      {"cuda", CodecBackendKind::kCuda}};
+  return *names;
+}
+
+constexpr uint32_t kNoMax32 = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kNoMax64 = std::numeric_limits<uint64_t>::max();
+constexpr int kNoMaxInt = std::numeric_limits<int>::max();
+
+const OptionTable<CodecOptions>& CodecOptionTable() {
+  using O = CodecOptions;
+  static const auto* table = [] {
+    auto* t = new OptionTable<O>;
+    t->Enum("--codec-backend", "codec.backend", &O::backend, CodecBackendNames(),
+            "auto: CUDA when available, else CPU; cpu; cuda (startup fails when the CUDA "
+            "backend is not available)");
+    t->Number("--codec-threads", "codec.threads", &O::threads, 0, 1024, OptionUnit::kNone,
+              "Codec worker threads (encode, decode, verify); 0 = the CPUs this process may "
+              "use (CPU affinity, capped by the cgroup CPU quota)");
+    t->Number("--io-threads", "codec.io_threads", &O::io_threads, 0, 1024, OptionUnit::kNone,
+              "Storage I/O threads (RocksDB reads and writes, apart from the codec threads); "
+              "0 = max(4, 2 x CPUs)");
+    return t;
+  }();
+  return *table;
+}
+
+// --default-preset is listed after the limits (its place in --help); its choices come from the
+// codec library.
+const OptionTable<CodecOptions>& CodecPresetOptionTable() {
+  using O = CodecOptions;
+  static const auto* table = [] {
+    auto* t = new OptionTable<O>;
+    const auto& presets = codec::PresetNames();
+    t->Text("--default-preset", "codec.default_preset", &O::default_preset, "",
+            std::vector<std::string>(presets.begin(), presets.end()),
+            "Codec preset of namespaces registered without one");
+    return t;
+  }();
+  return *table;
+}
+
+const OptionTable<MetricsOptions>& MetricsOptionTable() {
+  using O = MetricsOptions;
+  static const auto* table = [] {
+    auto* t = new OptionTable<O>;
+    t->Text("--metrics-listen", "metrics.listen_address", &O::listen_address, "HOST:PORT", {},
+            "Prometheus /metrics address HOST:PORT; port 0 picks a free port; \"\" disables");
+    t->Number("", "metrics.refresh_interval_ms", &O::refresh_interval_ms, 10, kNoMaxInt,
+              OptionUnit::kMilliseconds, "Period of the storage gauge refresh");
+    return t;
+  }();
+  return *table;
+}
+
+const OptionTable<LimitOptions>& LimitOptionTable() {
+  using O = LimitOptions;
+  static const auto* table = [] {
+    auto* t = new OptionTable<O>;
+    t->Bytes("--max-block-bytes", "limits.max_block_bytes", &O::max_block_bytes, 4096,
+             uint64_t{1} << 30,
+             "Largest raw or packed block a namespace may have (checked at RegisterNamespace)");
+    t->Bytes("--max-codec-setup-bytes", "limits.max_codec_setup_bytes", &O::max_codec_setup_bytes,
+             uint64_t{1} << 20, kNoMax64,
+             "Most memory one namespace's codec tables may take (QJL matrices, sign masks)");
+    t->Number<uint32_t>("--max-namespaces", "limits.max_namespaces", &O::max_namespaces, 1,
+                        kNoMax32, OptionUnit::kNone, "Most namespaces the server holds");
+    t->Number<uint32_t>("--max-namespaces-per-tenant", "limits.max_namespaces_per_tenant",
+                        &O::max_namespaces_per_tenant, 1, kNoMax32, OptionUnit::kNone,
+                        "Most namespaces one tenant holds (so that no tenant fills "
+                        "--max-namespaces)");
+    t->Number<uint32_t>("--max-descriptor-string-bytes", "limits.max_descriptor_string_bytes",
+                        &O::max_descriptor_string_bytes, 1, kNoMax32, OptionUnit::kNone,
+                        "Longest model, model_revision and cache_salt of a namespace "
+                        "descriptor, bytes");
+    t->Number<uint32_t>("--max-lease-seconds", "limits.max_lease_seconds", &O::max_lease_seconds,
+                        1, kNoMax32, OptionUnit::kSeconds, "Longest Lookup lease");
+    t->Number<uint32_t>("--max-hashes-per-call", "limits.max_hashes_per_call",
+                        &O::max_hashes_per_call, 1, kNoMax32, OptionUnit::kNone,
+                        "Most block hashes in one Lookup, GetBlocks or DeleteBlocks");
+    t->Bytes("--max-in-flight-bytes", "limits.max_in_flight_bytes", &O::max_in_flight_bytes,
+             uint64_t{4} << 20, kNoMax64,
+             "Server-wide budget of request bytes in flight (put chunks not yet stored, get "
+             "responses not yet sent); calls wait for it, then get RESOURCE_EXHAUSTED");
+    t->Number("--admission-timeout-ms", "limits.admission_timeout_ms", &O::admission_timeout_ms, 0,
+              kNoMaxInt, OptionUnit::kMilliseconds,
+              "How long a call waits for in-flight budget before RESOURCE_EXHAUSTED");
+    t->Number("--tenant-in-flight-share", "limits.tenant_in_flight_share",
+              &O::tenant_in_flight_share, 0.001, 1.0, OptionUnit::kFraction,
+              "The most of --max-in-flight-bytes one tenant's calls may hold; the rest stays for "
+              "the other tenants (with --token-file or --tls-client-ca; without, the one tenant "
+              "has it all)");
+    t->Number("--stream-idle-timeout-ms", "limits.stream_idle_timeout_ms",
+              &O::stream_idle_timeout_ms, 0, kNoMaxInt, OptionUnit::kMilliseconds,
+              "A PutBlocks stream whose client sends nothing for this long is cancelled and its "
+              "in-flight budget given back; 0 = never");
+    t->Number("--default-deadline-ms", "limits.default_deadline_ms", &O::default_deadline_ms, 0,
+              kNoMaxInt, OptionUnit::kMilliseconds,
+              "Deadline of calls whose client sets none (they are cancelled then); 0 = none");
+    t->Number<uint32_t>("--max-queued-tasks", "limits.max_queued_tasks", &O::max_queued_tasks, 1,
+                        kNoMax32, OptionUnit::kNone,
+                        "Tasks that may wait in each worker pool's queue (more: "
+                        "RESOURCE_EXHAUSTED)");
+    t->Number<uint32_t>("--max-stats-namespaces", "limits.max_stats_namespaces",
+                        &O::max_stats_namespaces, 1, kNoMax32, OptionUnit::kNone,
+                        "Namespaces per Stats response (more are paged)");
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace
 
 absl::StatusOr<CodecBackendKind> ParseCodecBackendKind(std::string_view name) {
-  if (name == "auto") return CodecBackendKind::kAuto;
-  if (name == "cpu") return CodecBackendKind::kCpu;
-  if (name == "cuda") return CodecBackendKind::kCuda;
-  return absl::InvalidArgumentError(
-      absl::StrCat("codec backend \"", std::string(name), "\" is not one of auto, cpu, cuda"));
+  for (const auto& [text, kind] : CodecBackendNames()) {
+    if (text == name) return kind;
+  }
+  std::vector<std::string> names;
+  for (const auto& [text, kind] : CodecBackendNames()) names.push_back(text);
+  return absl::InvalidArgumentError(absl::StrCat("codec backend \"", std::string(name),
+                                                 "\" is not one of ", absl::StrJoin(names, ", ")));
 }
 
 std::string_view CodecBackendKindName(CodecBackendKind kind) {
-  switch (kind) {
-    case CodecBackendKind::kCpu:
-      return "cpu";
-    case CodecBackendKind::kCuda:
-      return "cuda";
-    default:
-      return "auto";
+  for (const auto& [text, value] : CodecBackendNames()) {
+    if (value == kind) return text;
   }
+  return "auto";
 }
 
 absl::Status CodecOptions::Validate() const {
-  if (threads < 0 || threads > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("codec.threads ", threads, " is outside 0..1024"));
-  }
-  if (io_threads < 0 || io_threads > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("codec.io_threads ", io_threads, " is outside 0..1024"));
-  }
-  const auto& names = codec::PresetNames();
-  if (std::find(names.begin(), names.end(), default_preset) == names.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("codec.default_preset \"", default_preset,
-                                                   "\" is not one of ",
-                                                   absl::StrJoin(names, ", ")));
-  }
-  return absl::OkStatus();
+  TURBOKV_RETURN_IF_ERROR(CodecOptionTable().Validate(*this));
+  return CodecPresetOptionTable().Validate(*this);
 }
 
-absl::Status LimitOptions::Validate() const {
-  if (max_block_bytes < 4096 || max_block_bytes > (uint64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("limits.max_block_bytes ", max_block_bytes, " is outside 4 KiB..1 GiB"));
-  }
-  if (max_codec_setup_bytes < (uint64_t{1} << 20)) {
-    return absl::InvalidArgumentError("limits.max_codec_setup_bytes must be >= 1 MiB");
-  }
-  if (max_namespaces < 1 || max_namespaces_per_tenant < 1 || max_descriptor_string_bytes < 1 ||
-      max_lease_seconds < 1 ||
-      max_hashes_per_call < 1 || max_queued_tasks < 1 || max_stats_namespaces < 1) {
-    return absl::InvalidArgumentError(
-        "limits: max_namespaces, max_namespaces_per_tenant, max_descriptor_string_bytes, "
-        "max_lease_seconds, "
-        "max_hashes_per_call, max_queued_tasks and max_stats_namespaces must be >= 1");
-  }
-  if (max_in_flight_bytes < (uint64_t{4} << 20)) {
-    return absl::InvalidArgumentError("limits.max_in_flight_bytes must be >= 4 MiB");
-  }
-  if (admission_timeout_ms < 0) {
-    return absl::InvalidArgumentError("limits.admission_timeout_ms must be >= 0");
-  }
-  if (!(tenant_in_flight_share > 0.0 && tenant_in_flight_share <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("limits.tenant_in_flight_share ",
-                                                   tenant_in_flight_share,
-                                                   " is outside (0, 1]"));
-  }
-  if (stream_idle_timeout_ms < 0 || default_deadline_ms < 0) {
-    return absl::InvalidArgumentError(
-        "limits.stream_idle_timeout_ms and limits.default_deadline_ms must be >= 0");
-  }
-  return absl::OkStatus();
-}
+absl::Status LimitOptions::Validate() const { return LimitOptionTable().Validate(*this); }
 
-int AvailableCpus() {
-  int cpus = static_cast<int>(std::thread::hardware_concurrency());
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-  double quota_cpus = 0;  // 0 = no quota
-  {
-    std::ifstream v2("/sys/fs/cgroup/cpu.max");  // "max 100000" or "150000 100000"
-    std::string quota;
-    double period = 0;
-    if (v2 >> quota >> period && quota != "max" && period > 0) {
-      quota_cpus = std::strtod(quota.c_str(), nullptr) / period;
-    }
-  }
-  if (quota_cpus == 0) {
-    std::ifstream q("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
-    std::ifstream p("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
-    double quota = 0, period = 0;
-    if (q >> quota && p >> period && quota > 0 && period > 0) quota_cpus = quota / period;
-  }
-  if (quota_cpus > 0) cpus = std::min(cpus, static_cast<int>(std::ceil(quota_cpus)));
-  return std::max(1, cpus);
+const OptionTable<ServerOptions>& ServerOptionTable() {
+  using O = ServerOptions;
+  static const auto* table = [] {
+    auto* t = new OptionTable<O>;
+    t->Text("--listen", "listen_address", &O::listen_address, "HOST:PORT", {},
+            "gRPC address HOST:PORT; port 0 picks a free port (see --port-file)");
+    t->Text("--health-listen", "health_listen_address", &O::health_listen_address, "HOST:PORT",
+            {},
+            "Plaintext HOST:PORT serving only grpc.health.v1.Health (kubelet's gRPC probes "
+            "cannot speak TLS); \"\" = health on --listen only");
+    t->Include(&O::metrics, MetricsOptionTable());
+    t->Include(&O::kv_events, KvEventOptionTable());
+    t->Include(&O::storage, StorageOptionTable());
+    t->Include(&O::codec, CodecOptionTable());
+    t->Include(&O::limits, LimitOptionTable());
+    t->Include(&O::codec, CodecPresetOptionTable());
+    t->Number("--shutdown-grace-ms", "shutdown_grace_ms", &O::shutdown_grace_ms, 0, kNoMaxInt,
+              OptionUnit::kMilliseconds,
+              "On SIGTERM/SIGINT, in-flight calls get this long before they are cancelled");
+    // The API keeps every message below 4 MiB: chunks of at most 1 MiB plus a header.
+    t->Number("", "max_receive_message_bytes", &O::max_receive_message_bytes, (1 << 20) + 4096,
+              kNoMaxInt, OptionUnit::kNone,
+              "Largest gRPC message accepted, bytes (room for a 1 MiB chunk and its header)");
+    t->Include(&O::auth, AuthOptionTable());
+    return t;
+  }();
+  return *table;
 }
 
 absl::Status ValidateListenAddress(std::string_view flag, std::string_view address) {
@@ -146,86 +218,12 @@ absl::Status ServerOptions::Validate() const {
     TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("metrics.listen_address",
                                                   metrics.listen_address));
   }
+  // Ranges of every field, then what relates fields to each other (the nested Validate()s,
+  // which repeat their own tables' checks: a few comparisons, once at start-up).
+  TURBOKV_RETURN_IF_ERROR(ServerOptionTable().Validate(*this));
   TURBOKV_RETURN_IF_ERROR(kv_events.Validate());
-  if (shutdown_grace_ms < 0) {
-    return absl::InvalidArgumentError("shutdown_grace_ms must be >= 0");
-  }
-  if (max_receive_message_bytes < (1 << 20) + 4096) {
-    return absl::InvalidArgumentError(
-        "max_receive_message_bytes must leave room for a 1 MiB chunk and its header");
-  }
-  if (metrics.refresh_interval_ms < 10) {
-    return absl::InvalidArgumentError("metrics.refresh_interval_ms must be >= 10");
-  }
   TURBOKV_RETURN_IF_ERROR(storage.Validate());
-  TURBOKV_RETURN_IF_ERROR(limits.Validate());
-  TURBOKV_RETURN_IF_ERROR(auth.Validate());
-  return codec.Validate();
-}
-
-absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
-  std::string s(absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size())));
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  const std::string number = s.substr(0, i);
-  const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(i)));
-  auto bad = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat("byte size \"", std::string(text),
-                     "\" is not a number with an optional unit (B, KiB, MiB, GiB, TiB, "
-                     "KB, MB, GB, TB), e.g. 10GiB"));
-  };
-  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1) return bad();
-  double multiplier = 0;
-  if (unit.empty() || unit == "b")
-    multiplier = 1;
-  else if (unit == "k" || unit == "kib")
-    multiplier = 1024.0;
-  else if (unit == "m" || unit == "mib")
-    multiplier = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib")
-    multiplier = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib")
-    multiplier = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb")
-    multiplier = 1e3;
-  else if (unit == "mb")
-    multiplier = 1e6;
-  else if (unit == "gb")
-    multiplier = 1e9;
-  else if (unit == "tb")
-    multiplier = 1e12;
-  else
-    return bad();
-  const double value = std::strtod(number.c_str(), nullptr) * multiplier;
-  if (!std::isfinite(value) || value < 0) return bad();
-  if (value >= 0x1p64) {  // llround would overflow past 2^63; uint64_t ends at 2^64
-    return absl::InvalidArgumentError(absl::StrCat(
-        "byte size \"", std::string(text), "\" is too large: at most 2^64 - 1 bytes (16 EiB)"));
-  }
-  return static_cast<uint64_t>(std::round(value));
-}
-
-std::string FormatByteSizeFlag(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (u < 4 && bytes != 0 && bytes % 1024 == 0) {
-    bytes /= 1024;
-    ++u;
-  }
-  return absl::StrCat(bytes, kUnits[u]);
-}
-
-std::string FormatByteSize(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 5) {
-    v /= 1024.0;
-    ++u;
-  }
-  if (u == 0) return absl::StrCat(bytes, " B");
-  return absl::StrFormat("%.4g %s", v, kUnits[u]);
+  return auth.Validate();
 }
 
 }  // namespace turbokv::server

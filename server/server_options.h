@@ -1,5 +1,8 @@
-// Every option of turbokv-server, with its default. main.cc
-// fills it from flags; tests build it directly. One source of configuration.
+// Every option of turbokv-server, with its default. main.cc fills it from flags; tests build it
+// directly. One source of configuration: each field's default is its initializer here (or in
+// the nested structs' headers); its flag, range, unit and help are written once, in the option
+// tables (ServerOptionTable() and the tables it includes), from which both Validate() and the
+// command line come.
 #ifndef TURBOKV_SERVER_SERVER_OPTIONS_H_
 #define TURBOKV_SERVER_SERVER_OPTIONS_H_
 
@@ -9,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/option_table.h"
 #include "server/auth/auth_options.h"
 #include "server/events/kv_event_options.h"
 #include "server/storage/storage_options.h"
@@ -28,11 +32,11 @@ struct CodecOptions {
   CodecBackendKind backend = CodecBackendKind::kAuto;
   // Codec worker threads (encode, decode, verify; never gRPC's threads). 0: the CPUs this
   // process may use (its CPU affinity, capped by its cgroup CPU quota: AvailableCpus()).
-  // Range 0..1024. Default: 0.
+  // Default: 0.
   int threads = 0;
   // Storage I/O threads (RocksDB reads and writes, separate from the codec threads so encodes
   // never wait behind disk I/O; several, so concurrent writes group-commit). 0: max(4,
-  // 2 * AvailableCpus()). Range 0..1024. Default: 0.
+  // 2 * AvailableCpus()). Default: 0.
   int io_threads = 0;
   // Preset of namespaces registered with an empty codec. Must be a codec preset name
   // (turbokv::codec::PresetNames()). Default: "k5v4" — the lowest-bpv preset whose perplexity
@@ -47,7 +51,7 @@ struct MetricsOptions {
   // it. Loopback unless configured (the Kubernetes manifests set 0.0.0.0:9464 for the
   // scraper). Default: "127.0.0.1:9464".
   std::string listen_address = "127.0.0.1:9464";
-  // Period of the storage gauge refresh, milliseconds (>= 10). Default: 1000.
+  // Period of the storage gauge refresh, milliseconds. Default: 1000.
   int refresh_interval_ms = 1000;
 };
 
@@ -56,7 +60,7 @@ struct MetricsOptions {
 // lease that is too long), with a message naming the limit.
 struct LimitOptions {
   // Largest raw block (namespace dtype) and largest packed block of a namespace, checked at
-  // RegisterNamespace. Range 4 KiB..1 GiB. Default: 256 MiB.
+  // RegisterNamespace. Default: 256 MiB.
   uint64_t max_block_bytes = uint64_t{256} << 20;
   // Memory the codec of one namespace may take when it is set up (per section: SIMD sign
   // tables, and the g x g fp32 QJL projection of QJL sections), checked at RegisterNamespace.
@@ -78,7 +82,7 @@ struct LimitOptions {
   uint64_t max_in_flight_bytes = uint64_t{1} << 30;
   // How long a call waits for in-flight budget before RESOURCE_EXHAUSTED, ms. Default: 10000.
   int admission_timeout_ms = 10000;
-  // The most of max_in_flight_bytes the calls of one tenant may hold, a fraction in (0, 1]: the
+  // The most of max_in_flight_bytes the calls of one tenant may hold, a fraction: the
   // rest stays for the other tenants however many idle or slow streams one tenant opens.
   // Applies when the server authenticates (a token file or a client CA); without, every
   // caller is the one tenant "" and has the whole budget. Default: 0.5.
@@ -126,17 +130,10 @@ struct ServerOptions {
 // names it in the message.
 [[nodiscard]] absl::Status ValidateListenAddress(std::string_view flag, std::string_view address);
 
-// CPUs this process may use: its CPU affinity mask (sched_getaffinity), capped by the cgroup
-// CPU quota (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us / cpu.cfs_period_us), rounded up. >= 1.
-int AvailableCpus();
-
-// "10GiB", "512MiB", "1.5TiB", "100MB" (decimal), "4096" (bytes). Units: B, KiB, MiB, GiB,
-// TiB, KB, MB, GB, TB (case-insensitive; K/M/G/T alone are binary). InvalidArgument otherwise.
-[[nodiscard]] absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
-// 10737418240 -> "10 GiB" (for logs).
-std::string FormatByteSize(uint64_t bytes);
-// Exact and parseable by ParseByteSize: 10737418240 -> "10GiB", 1000 -> "1000" (for flags).
-std::string FormatByteSizeFlag(uint64_t bytes);
+// Every option of turbokv-server that has a flag or a range, in --help order: the top-level
+// fields, then those of storage, codec, limits, metrics, kv_events and auth (their own tables,
+// included). main.cc (server/server_flags.h) makes the flags from it; Validate() checks it.
+const OptionTable<ServerOptions>& ServerOptionTable();
 
 }  // namespace turbokv::server
 

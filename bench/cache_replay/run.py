@@ -43,10 +43,10 @@ def _git_commit() -> str:
 
 
 def _server_source_commit() -> str:
-    """The newest commit that touched the server's sources (server/, kernels/, proto/)."""
+    """The newest commit that touched the server's sources (server/, common/, kernels/, proto/)."""
     try:
         return subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%H %s", "--", "server",
-                               "kernels", "proto"], capture_output=True, text=True,
+                               "common", "kernels", "proto"], capture_output=True, text=True,
                               check=True).stdout.strip()[:120]
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/byte_size.h"
 #include "kv_layout.h"
 #include "npy.h"
 #include "text_table.h"
@@ -201,8 +202,8 @@ std::string NamespaceTable(const std::vector<client::NamespaceStats>& namespaces
     if (!d.model_revision.empty()) absl::StrAppend(&model, "@", d.model_revision);
     t.AddRow({client::FormatNamespaceId(ns.namespace_id), model, client::DTypeName(d.dtype),
               BlockShape(d), d.tp_size > 1 ? absl::StrCat(d.tp_rank, "/", d.tp_size) : "-",
-              TtlSummary(d), absl::StrCat(ns.blocks), HumanBytes(ns.stored_bytes),
-              HumanBytes(ns.logical_bytes), CodecSummary(d.codec)});
+              TtlSummary(d), absl::StrCat(ns.blocks), FormatByteSize(ns.stored_bytes),
+              FormatByteSize(ns.logical_bytes), CodecSummary(d.codec)});
   }
   return t.rows() == 0 ? "no namespaces\n" : t.Render();
 }

@@ -1,7 +1,6 @@
 #include "text_table.h"
 
 #include <algorithm>
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,18 +55,6 @@ std::string TextTable::Render() const {
   line([&](size_t c) -> const std::string & { return columns_[c].header; });
   for (const auto &row : rows_) line([&](size_t c) -> const std::string & { return row[c]; });
   return out;
-}
-
-std::string HumanBytes(uint64_t bytes) {
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  static constexpr const char *kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(bytes) / 1024;
-  size_t unit = 0;
-  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
-    v /= 1024;
-    ++unit;
-  }
-  return absl::StrFormat("%.1f %s", v, kUnits[unit]);
 }
 
 }  // namespace turbokv::cli

@@ -35,10 +35,6 @@ class TextTable {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// Bytes for people: "512 B", "368.0 KiB", "1.5 GiB" (powers of 1024, one
-// decimal).
-std::string HumanBytes(uint64_t bytes);
-
 }  // namespace turbokv::cli
 
 #endif  // TURBOKV_CLIENT_CLI_TEXT_TABLE_H_

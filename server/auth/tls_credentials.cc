@@ -363,21 +363,4 @@ void TlsCredentials::WatchLoop() {
   }
 }
 
-absl::Status AuthOptions::Validate() const {
-  if (tls_cert.empty() != tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key go together (both or neither)");
-  }
-  if (!tls_client_ca.empty() && tls_cert.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key");
-  }
-  if (cert_refresh_seconds < 1) {
-    return absl::InvalidArgumentError("auth.cert_refresh_seconds must be >= 1");
-  }
-  if (token_reload_ms < 50) {
-    return absl::InvalidArgumentError("auth.token_reload_ms must be >= 50");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace turbokv::server

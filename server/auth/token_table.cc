@@ -6,7 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "server/server_options.h"
+#include "common/byte_size.h"
 
 namespace turbokv::server {
 namespace {

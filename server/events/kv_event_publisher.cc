@@ -58,6 +58,28 @@ struct KvEventPublisher::Socket {
   zmq::socket_t pub{context, zmq::socket_type::pub};
 };
 
+const OptionTable<KvEventOptions>& KvEventOptionTable() {
+  using O = KvEventOptions;
+  static const auto* table = [] {
+    auto* t = new OptionTable<O>;
+    t->Text("--kv-events-listen", "kv_events.listen_address", &O::listen_address, "HOST:PORT", {},
+            "Publish the store's block events (stored, evicted, expired, deleted, namespace "
+            "dropped) for KV-aware routers on a ZMQ PUB socket at HOST:PORT (an IP or *; port 0 "
+            "picks a free one) or unix:PATH, in vLLM's KV-event schema (msgpack), one topic per "
+            "namespace (docs/kv-events.md); \"\" = off. Unauthenticated: bind it to a trusted "
+            "network");
+    t->Number<uint64_t>("", "kv_events.max_queued_hashes", &O::max_queued_hashes, 1,
+                        uint64_t{1} << 30, OptionUnit::kNone,
+                        "Block hashes that may wait to be published");
+    t->Number("", "kv_events.send_hwm", &O::send_hwm, 1, 10'000'000, OptionUnit::kNone,
+              "ZMQ send high-water mark per subscriber, messages");
+    t->Number("", "kv_events.flush_interval_ms", &O::flush_interval_ms, 0, 10'000,
+              OptionUnit::kMilliseconds, "Longest a queued event waits before it is sent");
+    return t;
+  }();
+  return *table;
+}
+
 absl::Status KvEventOptions::Validate() const {
   if (!listen_address.empty()) {
     bool ipv6 = false;
@@ -65,16 +87,7 @@ absl::Status KvEventOptions::Validate() const {
       return e.status();
     }
   }
-  if (max_queued_hashes < 1 || max_queued_hashes > (uint64_t{1} << 30)) {
-    return absl::InvalidArgumentError("kv_events.max_queued_hashes must be in [1, 2^30]");
-  }
-  if (send_hwm < 1 || send_hwm > 10'000'000) {
-    return absl::InvalidArgumentError("kv_events.send_hwm must be in [1, 10^7]");
-  }
-  if (flush_interval_ms < 0 || flush_interval_ms > 10'000) {
-    return absl::InvalidArgumentError("kv_events.flush_interval_ms must be in [0, 10000]");
-  }
-  return absl::OkStatus();
+  return KvEventOptionTable().Validate(*this);
 }
 
 std::string KvEventTopic(uint64_t namespace_id) {

@@ -1,5 +1,6 @@
 // Options of the block store (docs/server.md, "Storage"). Built by main.cc from flags, or directly by
-// tests; nested in ServerOptions (server/server_options.h).
+// tests; nested in ServerOptions (server/server_options.h). Each field's default is its
+// initializer below; its flag, range and help are in StorageOptionTable() (storage_options.cc).
 #ifndef TURBOKV_SERVER_STORAGE_STORAGE_OPTIONS_H_
 #define TURBOKV_SERVER_STORAGE_STORAGE_OPTIONS_H_
 
@@ -9,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/option_table.h"
 
 namespace turbokv::server {
 
@@ -31,7 +33,7 @@ struct StorageOptions {
   uint64_t capacity_bytes = uint64_t{10} << 30;
   // When a put would take the bytes above high_watermark * capacity, the eviction policy's
   // least valuable blocks without an active lease are evicted until they are at or below
-  // low_watermark * capacity. 0 < low <= high <= 1. Default: 0.995 and 0.99 (a value log gives
+  // low_watermark * capacity; low <= high. Default: 0.995 and 0.99 (a value log gives
   // an evicted block's space back at once, so the store can run close to full; the gap only
   // batches evictions).
   double high_watermark = 0.995;
@@ -48,16 +50,21 @@ struct StorageOptions {
   // the disk has 4x the reserve free. 0 disables it. Default: 64 MiB.
   uint64_t disk_reserve_bytes = uint64_t{64} << 20;
   // Size at which a value-log segment file is closed and the next one started (value_log.h).
-  // Range [1 MiB, 4 GiB]. Default: 256 MiB.
+  // Default: 256 MiB.
   uint64_t segment_bytes = uint64_t{256} << 20;
   // Period of the maintenance pass (TTL expiry, persisting batched access times), in
   // milliseconds. 0 disables the background thread (tests call RunMaintenance()).
   // Default: 1000.
   int maintenance_interval_ms = 1000;
 
-  // InvalidArgument naming the field when a value is out of range.
+  // InvalidArgument naming the field when a value is out of range (StorageOptionTable()), the
+  // data directory is empty or low_watermark > high_watermark.
   [[nodiscard]] absl::Status Validate() const;
 };
+
+// Flag, field name, range, unit and help of every StorageOptions field: the one place each is
+// written (Validate and the server's flags come from it).
+const OptionTable<StorageOptions>& StorageOptionTable();
 
 }  // namespace turbokv::server
 

@@ -174,8 +174,10 @@ def test_cli_stats_and_ns_list_show_the_ttl(turbokv_cli, turbokv_server):
         assert rows[forever["namespace_id"]][ttl_col:].startswith("never ")
         assert rows[ttl["namespace_id"]].split()[1:4] == [
             "ttl-test", "fp16", "[%d][2][16][%d][%d]" % (L, H, D)]
-        assert " 4  %.1f KiB  %.1f KiB  raw (stored verbatim)" % (
-            stored / 1024, raw_bytes / 1024) in rows[ttl["namespace_id"]], p.stdout
+        # common/byte_size.h's FormatByteSize: 4 significant digits (C's %.4g), right-aligned.
+        assert re.search(r" 4 +%s KiB +%s KiB  raw \(stored verbatim\)" % (
+            re.escape("%.4g" % (stored / 1024)), re.escape("%.4g" % (raw_bytes / 1024))),
+            rows[ttl["namespace_id"]]), p.stdout
         assert "{" not in p.stdout  # no JSON blob
     p = subprocess.run([turbokv_cli, "--server", turbokv_server.address, "stats"],
                        capture_output=True, text=True, timeout=60)

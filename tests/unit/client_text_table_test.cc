@@ -39,14 +39,5 @@ TEST(TextTableTest, ControlBytesAreShownEscaped) {
             "a\\x00b\\x1b[31mc\\x7f\n");
 }
 
-TEST(TextTableTest, HumanBytes) {
-  EXPECT_EQ(HumanBytes(0), "0 B");
-  EXPECT_EQ(HumanBytes(1023), "1023 B");
-  EXPECT_EQ(HumanBytes(1024), "1.0 KiB");
-  EXPECT_EQ(HumanBytes(376832), "368.0 KiB");
-  EXPECT_EQ(HumanBytes(uint64_t{3} << 29), "1.5 GiB");
-  EXPECT_EQ(HumanBytes(~uint64_t{0}), "16.0 EiB");
-}
-
 }  // namespace
 }  // namespace turbokv::cli

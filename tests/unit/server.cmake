@@ -35,4 +35,11 @@ if(TARGET turbokv_server_service)
   target_link_libraries(server_unit_tests PRIVATE turbokv::server_service GTest::gtest
                         GTest::gtest_main)
   gtest_discover_tests(server_unit_tests PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)
+
+  # The command line made from the option table, checked against docs/server.md.
+  add_executable(server_flags_tests ${CMAKE_SOURCE_DIR}/tests/unit/server_flags_test.cc)
+  target_compile_definitions(server_flags_tests PRIVATE TURBOKV_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  target_link_libraries(server_flags_tests PRIVATE turbokv::server_flags GTest::gtest
+                        GTest::gtest_main)
+  gtest_discover_tests(server_flags_tests PROPERTIES LABELS unit DISCOVERY_TIMEOUT 30)
 endif()

@@ -5,7 +5,6 @@
 #include "server/auth/auth_options.h"
 #include "server/auth/authenticator.h"
 #include "server/auth/token_table.h"
-#include "server/server_options.h"
 
 namespace turbokv::server {
 namespace {
@@ -94,23 +93,6 @@ TEST(AuthOptionsTest, Validate) {
   o.tls_client_ca = "ca.pem";
   EXPECT_NE(o.Validate().message().find("needs --tls-cert"), std::string::npos);
   EXPECT_TRUE(o.authenticates());
-}
-
-TEST(ServerOptionsTest, ListenAddressNeedsAPort) {
-  for (const char* ok : {"0.0.0.0:50051", "127.0.0.1:0", "[::]:50051", "[::1]:0",
-                         "localhost:9000", "unix:/tmp/turbokv.sock"}) {
-    EXPECT_TRUE(ValidateListenAddress("listen_address", ok).ok()) << ok;
-  }
-  for (const char* bad : {"127.0.0.1", "localhost", "::1", ":50051", "host:", "host:99999",
-                          "host:5x"}) {
-    absl::Status s = ValidateListenAddress("listen_address", bad);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(s.message().find("is not HOST:PORT"), std::string::npos) << s;
-  }
-  ServerOptions o;
-  o.listen_address = "0.0.0.0";
-  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ServerOptions().metrics.listen_address, "127.0.0.1:9464");  // loopback by default
 }
 
 }  // namespace

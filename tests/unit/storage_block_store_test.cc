@@ -925,9 +925,9 @@ TEST(StorageOptionsTest, ValidateAndParse) {
   StorageOptions o;
   EXPECT_TRUE(o.Validate().ok());
   o.eviction_policy = "fifo";
-  EXPECT_NE(o.Validate().message().find("eviction_policy \"fifo\" is not one of lrfu, lru"),
-            std::string::npos)
-      << o.Validate();
+  // The message names the field and its flag (StorageOptionTable()).
+  EXPECT_EQ(o.Validate().message(),
+            "storage.eviction_policy \"fifo\" (--eviction-policy) is not one of lrfu, lru");
   o = StorageOptions();
   o.segment_bytes = 4096;
   EXPECT_NE(o.Validate().message().find("segment_bytes"), std::string::npos);
