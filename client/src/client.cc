@@ -276,8 +276,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
-absl::StatusOr<NamespaceInfo> Client::RegisterNamespace(const NamespaceDescriptor& descriptor,
-                                                        const CallOptions& call) const {
+absl::StatusOr<NamespaceInfo> Client::DoRegisterNamespace(const NamespaceDescriptor& descriptor,
+                                                          const CallOptions& call) const {
   v1::RegisterNamespaceRequest req;
   internal::ToProto(descriptor, req.mutable_namespace_descriptor());
   v1::RegisterNamespaceResponse resp;
@@ -294,10 +294,10 @@ absl::StatusOr<NamespaceInfo> Client::RegisterNamespace(const NamespaceDescripto
   return info;
 }
 
-absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
+absl::StatusOr<std::vector<BlockPutResult>> Client::DoPutBlocks(
     uint64_t namespace_id, absl::Span<const std::string> hashes,
     absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
-    const CallOptions& call) const {
+    const CallOptions& call, const ChainContext& /*chain*/) const {
   if (hashes.size() != blocks.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("PutBlocks got ", hashes.size(), " hashes but ", blocks.size(), " blocks"));
@@ -357,9 +357,9 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::PutBlocks(
   return out;
 }
 
-absl::StatusOr<LookupResult> Client::Lookup(uint64_t namespace_id,
-                                            absl::Span<const std::string> hashes,
-                                            uint32_t lease_seconds, const CallOptions& call) const {
+absl::StatusOr<LookupResult> Client::DoLookup(uint64_t namespace_id, absl::Span<const std::string> hashes,
+                                              uint32_t lease_seconds, const CallOptions& call,
+                                              const ChainContext& /*chain*/) const {
   const grpc::ByteBuffer req = internal::SerializeLookupRequest(namespace_id, hashes, lease_seconds);
   v1::LookupResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
@@ -374,10 +374,10 @@ absl::StatusOr<LookupResult> Client::Lookup(uint64_t namespace_id,
   return LookupResult{resp.matched_blocks(), resp.matched_tokens()};
 }
 
-absl::StatusOr<GetBlocksResult> Client::GetBlocks(uint64_t namespace_id,
-                                                  absl::Span<const std::string> hashes,
-                                                  const GetOptions& get,
-                                                  const CallOptions& call) const {
+absl::StatusOr<GetBlocksResult> Client::DoGetBlocks(uint64_t namespace_id,
+                                                    absl::Span<const std::string> hashes,
+                                                    const GetOptions& get, const CallOptions& call,
+                                                    const ChainContext& /*chain*/) const {
   GetBlocksResult result;
   result.encoding = get.encoding;
   if (hashes.empty()) return result;
@@ -444,9 +444,10 @@ absl::StatusOr<GetBlocksResult> Client::GetBlocks(uint64_t namespace_id,
   return result;
 }
 
-absl::StatusOr<uint32_t> Client::DeleteBlocks(uint64_t namespace_id,
-                                              absl::Span<const std::string> hashes,
-                                              const CallOptions& call) const {
+absl::StatusOr<uint32_t> Client::DoDeleteBlocks(uint64_t namespace_id,
+                                                absl::Span<const std::string> hashes,
+                                                const CallOptions& call,
+                                                const ChainContext& /*chain*/) const {
   v1::DeleteBlocksRequest req;
   req.set_namespace_id(namespace_id);
   for (const std::string& h : hashes) req.add_block_hashes(h);
@@ -457,8 +458,8 @@ absl::StatusOr<uint32_t> Client::DeleteBlocks(uint64_t namespace_id,
   return resp.deleted_blocks();
 }
 
-absl::StatusOr<uint64_t> Client::DropNamespace(uint64_t namespace_id,
-                                               const CallOptions& call) const {
+absl::StatusOr<uint64_t> Client::DoDropNamespace(uint64_t namespace_id,
+                                                 const CallOptions& call) const {
   v1::DropNamespaceRequest req;
   req.set_namespace_id(namespace_id);
   v1::DropNamespaceResponse resp;
@@ -468,7 +469,7 @@ absl::StatusOr<uint64_t> Client::DropNamespace(uint64_t namespace_id,
   return resp.deleted_blocks();
 }
 
-absl::StatusOr<ServerStats> Client::Stats(const CallOptions& call) const {
+absl::StatusOr<ServerStats> Client::DoStats(const CallOptions& call) const {
   // The server pages its namespace list (StatsRequest.page_after); follow every page.
   v1::StatsRequest req;
   ServerStats out;

@@ -258,9 +258,11 @@ absl::StatusOr<ChainContext> ShardedClient::ContextOf(absl::Span<const std::stri
   return MakeChainContext(chain, start, impl_->options.segment_blocks);
 }
 
-absl::StatusOr<NamespaceInfo> ShardedClient::RegisterNamespace(
+absl::StatusOr<NamespaceInfo> ShardedClient::DoRegisterNamespace(
     const NamespaceDescriptor& descriptor, const CallOptions& call) const {
-  auto [nodes, clients] = impl_->Snapshot();
+  auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
+  std::vector<std::string>& nodes = snapshot.first;
+  std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
   std::vector<absl::StatusOr<NamespaceInfo>> results =
       RunAll<absl::StatusOr<NamespaceInfo>>(nodes.size(), [&](size_t i) {
         return impl_->OnNode<NamespaceInfo>(
@@ -283,7 +285,7 @@ absl::StatusOr<NamespaceInfo> ShardedClient::RegisterNamespace(
   return absl::InternalError("unreachable");
 }
 
-absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
+absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::DoPutBlocks(
     uint64_t namespace_id, absl::Span<const std::string> hashes,
     absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding, const CallOptions& call,
     const ChainContext& chain) const {
@@ -292,7 +294,9 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
         absl::StrCat("PutBlocks got ", hashes.size(), " hashes but ", blocks.size(), " blocks"));
   }
   if (hashes.empty()) return std::vector<BlockPutResult>{};
-  auto [nodes, clients] = impl_->Snapshot();
+  auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
+  std::vector<std::string>& nodes = snapshot.first;
+  std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
   absl::StatusOr<std::vector<std::vector<size_t>>> owners_or =
       OwnersOf(nodes, hashes, chain, impl_->options);
   if (!owners_or.ok()) return owners_or.status();
@@ -353,11 +357,13 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::PutBlocks(
   return out;
 }
 
-absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
+absl::StatusOr<LookupResult> ShardedClient::DoLookup(uint64_t namespace_id,
                                                    absl::Span<const std::string> hashes,
                                                    uint32_t lease_seconds, const CallOptions& call,
                                                    const ChainContext& chain) const {
-  auto [nodes, clients] = impl_->Snapshot();
+  auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
+  std::vector<std::string>& nodes = snapshot.first;
+  std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
   const size_t n = hashes.size();
   absl::StatusOr<std::vector<std::vector<size_t>>> owners_or =
       OwnersOf(nodes, hashes, chain, impl_->options);
@@ -451,12 +457,14 @@ absl::StatusOr<LookupResult> ShardedClient::Lookup(uint64_t namespace_id,
   return out;
 }
 
-absl::StatusOr<GetBlocksResult> ShardedClient::GetBlocks(uint64_t namespace_id,
+absl::StatusOr<GetBlocksResult> ShardedClient::DoGetBlocks(uint64_t namespace_id,
                                                          absl::Span<const std::string> hashes,
                                                          const GetOptions& get,
                                                          const CallOptions& call,
                                                          const ChainContext& chain) const {
-  auto [nodes, clients] = impl_->Snapshot();
+  auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
+  std::vector<std::string>& nodes = snapshot.first;
+  std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
   GetBlocksResult out;
   out.encoding = get.encoding;
   out.blocks.resize(hashes.size());
@@ -516,11 +524,13 @@ absl::StatusOr<GetBlocksResult> ShardedClient::GetBlocks(uint64_t namespace_id,
   return out;
 }
 
-absl::StatusOr<uint32_t> ShardedClient::DeleteBlocks(uint64_t namespace_id,
+absl::StatusOr<uint32_t> ShardedClient::DoDeleteBlocks(uint64_t namespace_id,
                                                      absl::Span<const std::string> hashes,
                                                      const CallOptions& call,
                                                      const ChainContext& chain) const {
-  auto [nodes, clients] = impl_->Snapshot();
+  auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
+  std::vector<std::string>& nodes = snapshot.first;
+  std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
   absl::StatusOr<std::vector<std::vector<size_t>>> owners =
       OwnersOf(nodes, hashes, chain, impl_->options);
   if (!owners.ok()) return owners.status();
@@ -549,9 +559,11 @@ absl::StatusOr<uint32_t> ShardedClient::DeleteBlocks(uint64_t namespace_id,
   return total;
 }
 
-absl::StatusOr<uint64_t> ShardedClient::DropNamespace(uint64_t namespace_id,
+absl::StatusOr<uint64_t> ShardedClient::DoDropNamespace(uint64_t namespace_id,
                                                       const CallOptions& call) const {
-  auto [nodes, clients] = impl_->Snapshot();
+  auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
+  std::vector<std::string>& nodes = snapshot.first;
+  std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
   std::vector<absl::StatusOr<uint64_t>> results =
       RunAll<absl::StatusOr<uint64_t>>(nodes.size(), [&](size_t k) {
         return impl_->OnNode<uint64_t>(nodes[k], *clients[k], std::nullopt, [&](const Client& c) {
@@ -573,7 +585,9 @@ absl::StatusOr<uint64_t> ShardedClient::DropNamespace(uint64_t namespace_id,
 
 std::vector<std::pair<std::string, absl::StatusOr<ServerStats>>> ShardedClient::NodeStats(
     const CallOptions& call) const {
-  auto [nodes, clients] = impl_->Snapshot();
+  auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
+  std::vector<std::string>& nodes = snapshot.first;
+  std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
   std::vector<absl::StatusOr<ServerStats>> results =
       RunAll<absl::StatusOr<ServerStats>>(nodes.size(), [&](size_t k) {
         return impl_->OnNode<ServerStats>(nodes[k], *clients[k], std::nullopt,
@@ -584,7 +598,7 @@ std::vector<std::pair<std::string, absl::StatusOr<ServerStats>>> ShardedClient::
   return out;
 }
 
-absl::StatusOr<ServerStats> ShardedClient::Stats(const CallOptions& call) const {
+absl::StatusOr<ServerStats> ShardedClient::DoStats(const CallOptions& call) const {
   std::vector<std::pair<std::string, absl::StatusOr<ServerStats>>> per = NodeStats(call);
   ServerStats out;
   std::vector<std::string> nodes;

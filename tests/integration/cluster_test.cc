@@ -123,7 +123,7 @@ class ClusterTest : public ::testing::Test {
   }
 
   // Registers (salted), puts every prompt; returns the namespace id and the chains.
-  uint64_t PutAll(const ShardedClient& c, const std::string& salt,
+  uint64_t PutAll(const StoreClient& c, const std::string& salt,
                   std::vector<std::vector<std::string>>* chains, size_t prompts = 6) {
     NamespaceDescriptor d = set_.descriptor;
     d.cache_salt = salt;
@@ -245,6 +245,41 @@ class ClusterTest : public ::testing::Test {
   std::vector<std::unique_ptr<ClusterNode>> nodes_;
   PrefixSet set_;
 };
+
+// One server's Client and the cluster's ShardedClient are used through one interface
+// (StoreClient): the same code stores, finds, reads and deletes the same prompts with either.
+TEST_F(ClusterTest, OneInterfaceForOneServerAndForTheCluster) {
+  std::unique_ptr<ShardedClient> sharded = Connect(1);
+  absl::StatusOr<std::unique_ptr<Client>> direct = Client::Connect(nodes_[0]->address());
+  ASSERT_NE(sharded, nullptr);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  const StoreClient* clients[] = {sharded.get(), direct->get()};
+  for (const StoreClient* c : clients) {
+    std::vector<std::vector<std::string>> chains;
+    const uint64_t ns = PutAll(*c, c == clients[0] ? "iface-sharded" : "iface-direct", &chains, 2);
+    ASSERT_NE(ns, 0u);
+    for (const std::vector<std::string>& chain : chains) {
+      absl::StatusOr<LookupResult> found = c->Lookup(ns, chain);
+      ASSERT_TRUE(found.ok()) << found.status();
+      EXPECT_EQ(found->matched_blocks, chain.size());
+      absl::StatusOr<GetBlocksResult> got = c->GetBlocks(ns, chain);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->blocks.size(), chain.size());
+      for (const auto& b : got->blocks) EXPECT_TRUE(b.has_value());
+    }
+    absl::StatusOr<uint32_t> deleted = c->DeleteBlocks(ns, chains[0]);
+    ASSERT_TRUE(deleted.ok()) << deleted.status();
+    EXPECT_EQ(*deleted, chains[0].size());
+    absl::StatusOr<LookupResult> gone = c->Lookup(ns, chains[0]);
+    ASSERT_TRUE(gone.ok()) << gone.status();
+    EXPECT_EQ(gone->matched_blocks, 0u);
+    absl::StatusOr<ServerStats> stats = c->Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_GT(stats->blocks, 0u);
+    absl::StatusOr<uint64_t> dropped = c->DropNamespace(ns);
+    ASSERT_TRUE(dropped.ok()) << dropped.status();
+  }
+}
 
 TEST_F(ClusterTest, KillAndRestartOneOfThree) {
   std::unique_ptr<ShardedClient> r1 = Connect(1), r2 = Connect(2);

@@ -30,6 +30,7 @@ _LAZY = {
     "PrefixHasher": ("turbokv.hasher", "PrefixHasher"),
     "Security": ("turbokv.security", "Security"),
     "ShardedClient": ("turbokv.sharded_client", "ShardedClient"),
+    "StoreClient": ("turbokv.store_client", "StoreClient"),
 }
 
 __all__ = sorted(_LAZY)

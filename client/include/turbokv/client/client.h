@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "turbokv/client/rendezvous.h"
 
 namespace turbokv::client {
 
@@ -242,7 +243,99 @@ struct CallOptions {
   bool chain_continues = false;
 };
 
-class Client {
+// The client interface that both Client (one server) and ShardedClient (a cluster) implement:
+// code that stores and fetches blocks is written against StoreClient and works with either.
+// The public methods (with their defaults) are non-virtual and forward to the private virtual
+// Do* methods each implementation overrides (default arguments stay off virtual functions).
+// `chain`: where `hashes` sit in their prefix chain; a cluster places blocks by it, one server
+// ignores it. Call errors common to every method: see the top of this file.
+class StoreClient {
+ public:
+  virtual ~StoreClient() = default;
+
+  // Registers (or finds) a namespace. Idempotent: the same descriptor gives the same id.
+  // InvalidArgument: bad descriptor or codec.
+  [[nodiscard]] absl::StatusOr<NamespaceInfo> RegisterNamespace(
+      const NamespaceDescriptor& descriptor, const CallOptions& call = {}) const {
+    return DoRegisterNamespace(descriptor, call);
+  }
+  // Stores blocks: blocks[i] under hashes[i], all `encoding` (RAW: raw layout in the namespace
+  // dtype, exactly raw_block_bytes; PACKED: a packed block of this namespace). One client
+  // stream; every block travels in chunks of at most ClientOptions::max_chunk_bytes.
+  // Returns one result per block, in order; a per-block failure (e.g. InvalidArgument for a
+  // wrong size) is in its BlockPutResult, not in the returned status.
+  // Call errors: InvalidArgument (hashes.size() != blocks.size()), NotFound (namespace), and
+  // the common ones above. An empty batch returns an empty vector without an RPC.
+  [[nodiscard]] absl::StatusOr<std::vector<BlockPutResult>> PutBlocks(
+      uint64_t namespace_id, absl::Span<const std::string> hashes,
+      absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding = Encoding::kRaw,
+      const CallOptions& call = {}, const ChainContext& chain = {}) const {
+    return DoPutBlocks(namespace_id, hashes, blocks, encoding, call, chain);
+  }
+  // How many leading blocks of the prefix chain are stored. Index only (no value I/O).
+  // lease_seconds > 0 pins the matched blocks against eviction until a GetBlocks of them or
+  // the lease ends. NotFound: unknown namespace.
+  [[nodiscard]] absl::StatusOr<LookupResult> Lookup(uint64_t namespace_id,
+                                                    absl::Span<const std::string> hashes,
+                                                    uint32_t lease_seconds = 0,
+                                                    const CallOptions& call = {},
+                                                    const ChainContext& chain = {}) const {
+    return DoLookup(namespace_id, hashes, lease_seconds, call, chain);
+  }
+  // Fetches blocks, reassembling the server's chunks. Missing blocks are nullopt entries.
+  // InvalidArgument: bad dtype / layer range (RAW); NotFound: unknown namespace; DataLoss /
+  // Internal: a response stream that does not reassemble into the promised sizes.
+  [[nodiscard]] absl::StatusOr<GetBlocksResult> GetBlocks(uint64_t namespace_id,
+                                                          absl::Span<const std::string> hashes,
+                                                          const GetOptions& get = {},
+                                                          const CallOptions& call = {},
+                                                          const ChainContext& chain = {}) const {
+    return DoGetBlocks(namespace_id, hashes, get, call, chain);
+  }
+  // Deletes blocks; returns how many existed. NotFound: unknown namespace.
+  [[nodiscard]] absl::StatusOr<uint32_t> DeleteBlocks(uint64_t namespace_id,
+                                                      absl::Span<const std::string> hashes,
+                                                      const CallOptions& call = {},
+                                                      const ChainContext& chain = {}) const {
+    return DoDeleteBlocks(namespace_id, hashes, call, chain);
+  }
+  // Drops a namespace and all its blocks; returns the number of blocks deleted.
+  [[nodiscard]] absl::StatusOr<uint64_t> DropNamespace(uint64_t namespace_id,
+                                                       const CallOptions& call = {}) const {
+    return DoDropNamespace(namespace_id, call);
+  }
+  // Server-wide figures and every namespace (the server sends them in pages; this follows
+  // all pages within the one deadline).
+  [[nodiscard]] absl::StatusOr<ServerStats> Stats(const CallOptions& call = {}) const {
+    return DoStats(call);
+  }
+
+ private:
+  virtual absl::StatusOr<NamespaceInfo> DoRegisterNamespace(const NamespaceDescriptor& descriptor,
+                                                            const CallOptions& call) const = 0;
+  virtual absl::StatusOr<std::vector<BlockPutResult>> DoPutBlocks(
+      uint64_t namespace_id, absl::Span<const std::string> hashes,
+      absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
+      const CallOptions& call, const ChainContext& chain) const = 0;
+  virtual absl::StatusOr<LookupResult> DoLookup(uint64_t namespace_id,
+                                                absl::Span<const std::string> hashes,
+                                                uint32_t lease_seconds, const CallOptions& call,
+                                                const ChainContext& chain) const = 0;
+  virtual absl::StatusOr<GetBlocksResult> DoGetBlocks(uint64_t namespace_id,
+                                                      absl::Span<const std::string> hashes,
+                                                      const GetOptions& get,
+                                                      const CallOptions& call,
+                                                      const ChainContext& chain) const = 0;
+  virtual absl::StatusOr<uint32_t> DoDeleteBlocks(uint64_t namespace_id,
+                                                  absl::Span<const std::string> hashes,
+                                                  const CallOptions& call,
+                                                  const ChainContext& chain) const = 0;
+  virtual absl::StatusOr<uint64_t> DoDropNamespace(uint64_t namespace_id,
+                                                   const CallOptions& call) const = 0;
+  virtual absl::StatusOr<ServerStats> DoStats(const CallOptions& call) const = 0;
+};
+
+class Client final : public StoreClient {
  public:
   // Creates a client for `target` ("host:port", or any gRPC target such as "dns:///svc:50051").
   // Does not connect: the channel connects on the first call, and reconnects on its own.
@@ -255,53 +348,29 @@ class Client {
 
   const ClientOptions& options() const;
 
-  // Registers (or finds) a namespace. Idempotent: the same descriptor gives the same id.
-  // InvalidArgument: bad descriptor or codec.
-  [[nodiscard]] absl::StatusOr<NamespaceInfo> RegisterNamespace(
-      const NamespaceDescriptor& descriptor, const CallOptions& call = {}) const;
-
-  // Stores blocks: blocks[i] under hashes[i], all `encoding` (RAW: raw layout in the namespace
-  // dtype, exactly raw_block_bytes; PACKED: a packed block of this namespace). One client
-  // stream; every block travels in chunks of at most ClientOptions::max_chunk_bytes.
-  // Returns one result per block, in order; a per-block failure (e.g. InvalidArgument for a
-  // wrong size) is in its BlockPutResult, not in the returned status.
-  // Call errors: InvalidArgument (hashes.size() != blocks.size()), NotFound (namespace), and
-  // the common ones above. An empty batch returns an empty vector without an RPC.
-  [[nodiscard]] absl::StatusOr<std::vector<BlockPutResult>> PutBlocks(
-      uint64_t namespace_id, absl::Span<const std::string> hashes,
-      absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding = Encoding::kRaw,
-      const CallOptions& call = {}) const;
-
-  // How many leading blocks of the prefix chain are stored. Index only (no value I/O).
-  // lease_seconds > 0 pins the matched blocks against eviction until a GetBlocks of them or
-  // the lease ends. NotFound: unknown namespace.
-  [[nodiscard]] absl::StatusOr<LookupResult> Lookup(uint64_t namespace_id,
-                                                    absl::Span<const std::string> hashes,
-                                                    uint32_t lease_seconds = 0,
-                                                    const CallOptions& call = {}) const;
-
-  // Fetches blocks, reassembling the server's chunks. Missing blocks are nullopt entries.
-  // InvalidArgument: bad dtype / layer range (RAW); NotFound: unknown namespace; DataLoss /
-  // Internal: a response stream that does not reassemble into the promised sizes.
-  [[nodiscard]] absl::StatusOr<GetBlocksResult> GetBlocks(uint64_t namespace_id,
-                                                          absl::Span<const std::string> hashes,
-                                                          const GetOptions& get = {},
-                                                          const CallOptions& call = {}) const;
-
-  // Deletes blocks; returns how many existed. NotFound: unknown namespace.
-  [[nodiscard]] absl::StatusOr<uint32_t> DeleteBlocks(uint64_t namespace_id,
-                                                      absl::Span<const std::string> hashes,
-                                                      const CallOptions& call = {}) const;
-
-  // Drops a namespace and all its blocks; returns the number of blocks deleted.
-  [[nodiscard]] absl::StatusOr<uint64_t> DropNamespace(uint64_t namespace_id,
-                                                       const CallOptions& call = {}) const;
-
-  // Server-wide figures and every namespace (the server sends them in pages; this follows
-  // all pages within the one deadline).
-  [[nodiscard]] absl::StatusOr<ServerStats> Stats(const CallOptions& call = {}) const;
-
  private:
+  // StoreClient's calls, for one server (`chain` is ignored: the server holds every block).
+  absl::StatusOr<NamespaceInfo> DoRegisterNamespace(const NamespaceDescriptor& descriptor,
+                                                    const CallOptions& call) const override;
+  absl::StatusOr<std::vector<BlockPutResult>> DoPutBlocks(
+      uint64_t namespace_id, absl::Span<const std::string> hashes,
+      absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
+      const CallOptions& call, const ChainContext& chain) const override;
+  absl::StatusOr<LookupResult> DoLookup(uint64_t namespace_id, absl::Span<const std::string> hashes,
+                                        uint32_t lease_seconds, const CallOptions& call,
+                                        const ChainContext& chain) const override;
+  absl::StatusOr<GetBlocksResult> DoGetBlocks(uint64_t namespace_id,
+                                              absl::Span<const std::string> hashes,
+                                              const GetOptions& get, const CallOptions& call,
+                                              const ChainContext& chain) const override;
+  absl::StatusOr<uint32_t> DoDeleteBlocks(uint64_t namespace_id,
+                                          absl::Span<const std::string> hashes,
+                                          const CallOptions& call,
+                                          const ChainContext& chain) const override;
+  absl::StatusOr<uint64_t> DoDropNamespace(uint64_t namespace_id,
+                                           const CallOptions& call) const override;
+  absl::StatusOr<ServerStats> DoStats(const CallOptions& call) const override;
+
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

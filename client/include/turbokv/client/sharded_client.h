@@ -88,7 +88,7 @@ struct ShardedClientOptions {
   [[nodiscard]] absl::Status Validate() const;
 };
 
-class ShardedClient {
+class ShardedClient final : public StoreClient {
  public:
   // `endpoints`: an endpoint spec (rendezvous.h), e.g. "10.0.0.1:50051,10.0.0.2:50051" or
   // "dns:///turbokv.default.svc.cluster.local:50051". Resolves DNS items now; does not
@@ -115,38 +115,37 @@ class ShardedClient {
   // Replaces the endpoint spec (e.g. after scaling); clients of remaining nodes are kept.
   [[nodiscard]] absl::Status SetEndpoints(absl::string_view endpoints);
 
-  // Client's calls, over the cluster (semantics in the file comment). `chain`: where hashes[0] sits
-  // in its prefix chain (default: at its head); InvalidArgument as PlacementKeys.
-  [[nodiscard]] absl::StatusOr<NamespaceInfo> RegisterNamespace(
-      const NamespaceDescriptor& descriptor, const CallOptions& call = {}) const;
-  [[nodiscard]] absl::StatusOr<std::vector<BlockPutResult>> PutBlocks(
-      uint64_t namespace_id, absl::Span<const std::string> hashes,
-      absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding = Encoding::kRaw,
-      const CallOptions& call = {}, const ChainContext& chain = {}) const;
-  [[nodiscard]] absl::StatusOr<LookupResult> Lookup(uint64_t namespace_id,
-                                                    absl::Span<const std::string> hashes,
-                                                    uint32_t lease_seconds = 0,
-                                                    const CallOptions& call = {},
-                                                    const ChainContext& chain = {}) const;
-  [[nodiscard]] absl::StatusOr<GetBlocksResult> GetBlocks(uint64_t namespace_id,
-                                                          absl::Span<const std::string> hashes,
-                                                          const GetOptions& get = {},
-                                                          const CallOptions& call = {},
-                                                          const ChainContext& chain = {}) const;
-  [[nodiscard]] absl::StatusOr<uint32_t> DeleteBlocks(uint64_t namespace_id,
-                                                      absl::Span<const std::string> hashes,
-                                                      const CallOptions& call = {},
-                                                      const ChainContext& chain = {}) const;
-  [[nodiscard]] absl::StatusOr<uint64_t> DropNamespace(uint64_t namespace_id,
-                                                       const CallOptions& call = {}) const;
-  // Sums of capacity, usage, blocks, bytes, evictions and checksum failures; namespaces merged
-  // by id; codec_backend / durability / version: the distinct values joined by ",".
-  [[nodiscard]] absl::StatusOr<ServerStats> Stats(const CallOptions& call = {}) const;
+  // StoreClient's calls over the cluster (semantics in the file comment). `chain`: where
+  // hashes[0] sits in its prefix chain (default: at its head); InvalidArgument as PlacementKeys.
+  // Stats: sums of capacity, usage, blocks, bytes, evictions and checksum failures; namespaces
+  // merged by id; codec_backend / durability / version: the distinct values joined by ",".
+
   // Per node: its Stats or its error.
   std::vector<std::pair<std::string, absl::StatusOr<ServerStats>>> NodeStats(
       const CallOptions& call = {}) const;
 
  private:
+  absl::StatusOr<NamespaceInfo> DoRegisterNamespace(const NamespaceDescriptor& descriptor,
+                                                    const CallOptions& call) const override;
+  absl::StatusOr<std::vector<BlockPutResult>> DoPutBlocks(
+      uint64_t namespace_id, absl::Span<const std::string> hashes,
+      absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
+      const CallOptions& call, const ChainContext& chain) const override;
+  absl::StatusOr<LookupResult> DoLookup(uint64_t namespace_id, absl::Span<const std::string> hashes,
+                                        uint32_t lease_seconds, const CallOptions& call,
+                                        const ChainContext& chain) const override;
+  absl::StatusOr<GetBlocksResult> DoGetBlocks(uint64_t namespace_id,
+                                              absl::Span<const std::string> hashes,
+                                              const GetOptions& get, const CallOptions& call,
+                                              const ChainContext& chain) const override;
+  absl::StatusOr<uint32_t> DoDeleteBlocks(uint64_t namespace_id,
+                                          absl::Span<const std::string> hashes,
+                                          const CallOptions& call,
+                                          const ChainContext& chain) const override;
+  absl::StatusOr<uint64_t> DoDropNamespace(uint64_t namespace_id,
+                                           const CallOptions& call) const override;
+  absl::StatusOr<ServerStats> DoStats(const CallOptions& call) const override;
+
   struct Impl;
   explicit ShardedClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -68,6 +68,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from turbokv.errors import StatusCode
 from turbokv.security import Security
+from turbokv.store_client import StoreClient
 
 from .sglang_layout import (
     TORCH_TO_NS_DTYPE,
@@ -628,7 +629,7 @@ def _page_starts(host_indices: torch.Tensor, n: int, page_size: int) -> list[int
     return host_indices.view(n, page_size)[:, 0].tolist()
 
 
-def _make_client(opts: SGLangStorageOptions) -> Any:
+def _make_client(opts: SGLangStorageOptions) -> StoreClient:
     """A ``Client`` for one ``HOST:PORT``, else a ``ShardedClient``."""
     from turbokv.client import Client
     from turbokv.sharded_client import ShardedClient

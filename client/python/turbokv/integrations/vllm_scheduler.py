@@ -21,6 +21,7 @@ from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVCacheEvent
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
 
 from turbokv.hasher import PrefixHasher
+from turbokv.store_client import StoreClient
 
 from .vllm_store import (
     KV_EVENT_MEDIUM,
@@ -149,7 +150,7 @@ class TurboKVConnectorScheduler:
     """
 
     def __init__(self, opts: ConnectorOptions, shape: NamespaceShape, vllm_block_size: int,
-                 can_load: bool, can_save: bool, client: Any, namespaces: Namespaces,
+                 can_load: bool, can_save: bool, client: StoreClient, namespaces: Namespaces,
                  health: Health, counters: Counters, events: bool):
         self._opts = opts
         self._shape = shape

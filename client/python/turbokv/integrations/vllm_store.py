@@ -13,6 +13,7 @@ import time
 from turbokv.errors import StatusCode
 from turbokv.security import Security
 from turbokv.sharding import DEFAULT_SEGMENT_BLOCKS
+from turbokv.store_client import StoreClient
 
 # A child of vLLM's "vllm" logger, so lines come out with vLLM's format and level.
 logger = logging.getLogger("vllm.turbokv")
@@ -151,7 +152,7 @@ class NamespaceShape:
                 * itemsize)
 
 
-def make_client(opts: ConnectorOptions, timeout: float):
+def make_client(opts: ConnectorOptions, timeout: float) -> StoreClient:
     """A ``Client`` for one ``HOST:PORT``, else a ``ShardedClient``."""
     from turbokv.client import Client
     from turbokv.sharded_client import ShardedClient

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..sharding import ChainContext
+from ..store_client import StoreClient
 from .vllm_layout import PagedLayout, make_layout
 from .vllm_store import (
     ConnectorOptions,
@@ -149,7 +150,7 @@ class WorkerSide:
         (:meth:`take_reports`).
     """
 
-    def __init__(self, client: Any, namespaces: Namespaces, shape: NamespaceShape, tp_rank: int,
+    def __init__(self, client: StoreClient, namespaces: Namespaces, shape: NamespaceShape, tp_rank: int,
                  layers: Sequence[tuple[str, torch.Tensor, PagedLayout]], vllm_block_size: int,
                  load_timeout_s: float, save_timeout_s: float, max_pending_save_bytes: int,
                  health: Health, counters: Counters, events: bool = False):
@@ -485,7 +486,7 @@ class TurboKVConnectorWorker:
     """
 
     def __init__(self, vllm_config: VllmConfig, opts: ConnectorOptions, shape: NamespaceShape,
-                 layer_names: Sequence[str], vllm_block_size: int, client: Any,
+                 layer_names: Sequence[str], vllm_block_size: int, client: StoreClient,
                  namespaces: Namespaces, health: Health, counters: Counters, events: bool):
         self._vllm_config = vllm_config
         self._opts = opts
