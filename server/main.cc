@@ -55,6 +55,7 @@ std::string PreparePortFile(const std::string& path) {
 
 }  // namespace
 
+// NOLINTNEXTLINE(bugprone-exception-escape): an exception out of start-up ends the process.
 int main(int argc, char** argv) {
   // gRPC's mutexes are absl::Mutex, and Debian's Abseil is built with its debug-mode deadlock
   // detection on: every lock and unlock also updates a global lock graph (a few % of the

@@ -403,7 +403,7 @@ class CudaCodecImpl final : public CudaCodec {
       return absl::OkStatus();
     };
 
-    const absl::Status status = RunChunks(
+    absl::Status status = RunChunks(
         lease.slot(), todo.size(), per_chunk,
         [&](Lane& lane, size_t first, size_t count) {
           return EnqueueEncode(*plan, raws, todo, first, count, raw_bytes, aligned_bytes, lane);
@@ -540,7 +540,7 @@ class CudaCodecImpl final : public CudaCodec {
       lane.busy = status.ok();
       return status;
     };
-    const absl::Status status = RunChunks(lease.slot(), todo.size(), per_chunk, enqueue, finish);
+    absl::Status status = RunChunks(lease.slot(), todo.size(), per_chunk, enqueue, finish);
     if (status.ok()) last_kernel_seconds_.store(kernel_seconds);
     return status;
   }

@@ -199,7 +199,7 @@ struct TlsCredentials::State {
 
 grpc::Status TlsCredentials::State::CheckClient(std::string_view leaf_pem,
                                                 std::string_view chain_pem) {
-  const grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED,
+  grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED,
                              "client certificate refused");
   if (leaf_pem.empty()) {
     auth->RecordHandshakeFailure(AuthFailure::kTlsNoClientCert, "no client certificate");

@@ -33,7 +33,7 @@ absl::Status ShuttingDown() { return absl::UnavailableError("turbokv-server is s
 absl::Status CaughtException(ServiceContext* ctx, const char* where, std::exception_ptr e) {
   std::string what = "an exception that is not a std::exception";
   try {
-    std::rethrow_exception(e);
+    std::rethrow_exception(std::move(e));
   } catch (const std::exception& ex) {
     what = ex.what();
   } catch (...) {

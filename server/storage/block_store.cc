@@ -203,7 +203,7 @@ absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
     for (rocksdb::ColumnFamilyHandle* cf : {cf_blocks_, cf_meta_, cf_access_}) {
       TURBOKV_RETURN_IF_ERROR(FromRocksDb(batch->DeleteRange(cf, begin, end), "delete range"));
     }
-    const absl::Status written = Write(batch, /*durable=*/true);
+    absl::Status written = Write(batch, /*durable=*/true);
     // The records are gone whether the write went through or not.
     std::lock_guard<std::mutex> l(mu_);
     std::vector<uint32_t> live;
@@ -433,7 +433,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   std::vector<uint64_t> touches(blocks.size());
   for (size_t i : accepted) touches[i] = next_touch_++;
   l.unlock();
-  auto give_back = [&](absl::Status s) {
+  auto give_back = [&](const absl::Status& s) {
     l.lock();
     reserved_bytes_ -= reserved;
     ReleaseTenantReservations(tenant_reserved);

@@ -18,10 +18,12 @@ uint32_t Extend(uint32_t init_crc, const char* data, size_t n);
 // ld --wrap=SYMBOL sends undefined references to SYMBOL to __wrap_SYMBOL and lets
 // __real_SYMBOL name the original (the names are the linker's convention, hence the reserved
 // identifiers). SYMBOL is rocksdb::crc32c::Extend(unsigned int, char const*, unsigned long).
+// NOLINTBEGIN(bugprone-reserved-identifier,readability-identifier-naming)
 extern "C" uint32_t __real__ZN7rocksdb6crc32c6ExtendEjPKcm(uint32_t crc, const char* data,
                                                             size_t n);
 extern "C" uint32_t __wrap__ZN7rocksdb6crc32c6ExtendEjPKcm(uint32_t crc, const char* data,
                                                             size_t n);
+// NOLINTEND(bugprone-reserved-identifier,readability-identifier-naming)
 #endif
 
 namespace turbokv::server {
@@ -118,6 +120,7 @@ uint32_t RocksDbCrc32cExtend(uint32_t crc, std::string_view data) {
 }  // namespace turbokv::server
 
 #if TURBOKV_ROCKSDB_CRC32C_WRAPPED
+// NOLINTNEXTLINE(bugprone-reserved-identifier,readability-identifier-naming)
 extern "C" uint32_t __wrap__ZN7rocksdb6crc32c6ExtendEjPKcm(uint32_t crc, const char* data,
                                                             size_t n) {
   return turbokv::server::Chosen().extend(crc, data, n);

@@ -345,12 +345,12 @@ absl::StatusOr<RepairReport> RepairIfDamaged(const StorageOptions& options, int6
   std::error_code ec;
   if (fs::exists(dir / kFresh / kDoneMarker, ec)) {
     report.salvaged = true;
-    report.findings.push_back("finishing an interrupted salvage");
+    report.findings.emplace_back("finishing an interrupted salvage");
     TURBOKV_RETURN_IF_ERROR(SwapInFreshDb(dir));
     return report;
   }
   if (fs::exists(dir / kFresh, ec) || fs::exists(dir / kOldPartial, ec)) {
-    report.findings.push_back("repeating an interrupted salvage");
+    report.findings.emplace_back("repeating an interrupted salvage");
     if (fs::exists(dir / kOldPartial, ec)) {
       // The swap had begun moving the old files aside: put them back first.
       TURBOKV_RETURN_IF_ERROR(MoveEntries(dir / kOldPartial, dir,

@@ -179,9 +179,8 @@ absl::StatusOr<std::unique_ptr<ValueLog>> ValueLog::Open(ValueLogOptions options
     const int fd = ::open(probe.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0644);
     if (fd < 0) return IoError("cannot create", probe, errno);
     int err = 0;
-    if (::pwrite(fd, kZeroPage, kPageBytes, 0) != static_cast<ssize_t>(kPageBytes)) {
-      err = errno;
-    } else if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kPageBytes) != 0) {
+    if (::pwrite(fd, kZeroPage, kPageBytes, 0) != static_cast<ssize_t>(kPageBytes) ||
+        ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kPageBytes) != 0) {
       err = errno;
     }
     ::close(fd);
@@ -410,7 +409,7 @@ absl::StatusOr<LogValue> ValueLog::Read(const RecordLocation& where, uint64_t na
                                             where.page, " does not end in its checksum"));
   }
   const char* data = buf.get();
-  return LogValue{std::shared_ptr<const void>(std::move(buf), data), value};
+  return LogValue{std::shared_ptr<const void>(buf, data), value};
 }
 
 void ValueLog::Erase(const RecordLocation& where) {
@@ -487,8 +486,9 @@ uint64_t ValueLog::ReclaimGarbage() {
     }
     std::sort(s->live_extents.begin(), s->live_extents.end());
     uint64_t from = kPageBytes;
+    Segment& segment = *s;  // (a lambda cannot capture a structured binding before C++20)
     auto punch_to = [&](uint64_t to) {
-      if (to > from) (void)Punch(*s, from, to - from);
+      if (to > from) (void)Punch(segment, from, to - from);
     };
     for (const auto& [page, pages] : s->live_extents) {
       punch_to(uint64_t{page} * kPageBytes);

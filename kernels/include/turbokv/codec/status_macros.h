@@ -21,9 +21,11 @@
 #define TURBOKV_ASSIGN_OR_RETURN(lhs, rexpr) \
   TURBOKV_INTERNAL_ASSIGN_OR_RETURN(TURBOKV_INTERNAL_CONCAT(turbokv_statusor_, __LINE__), lhs, rexpr)
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` is a declaration, `statusor` a fresh name.
 #define TURBOKV_INTERNAL_ASSIGN_OR_RETURN(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                      \
   if (!statusor.ok()) return std::move(statusor).status();      \
   lhs = std::move(statusor).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // TURBOKV_CODEC_STATUS_MACROS_H_
