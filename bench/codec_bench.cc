@@ -37,7 +37,7 @@ Fixture Make(const std::string& preset, int head_dim) {
   return f;
 }
 
-void BM_Encode(benchmark::State& state, std::string preset, int head_dim, CpuIsa isa) {
+void BM_Encode(benchmark::State& state, const std::string& preset, int head_dim, CpuIsa isa) {
   if (isa != CpuIsa::kScalar && (DetectCpuIsa() == CpuIsa::kScalar ||
                                  (isa == CpuIsa::kAvx512 && DetectCpuIsa() != CpuIsa::kAvx512))) {
     state.SkipWithError("CPU lacks this instruction set");
@@ -52,7 +52,7 @@ void BM_Encode(benchmark::State& state, std::string preset, int head_dim, CpuIsa
   state.counters["bpv"] = f.codec.bits_per_value();
 }
 
-void BM_Decode(benchmark::State& state, std::string preset, int head_dim, CpuIsa isa) {
+void BM_Decode(benchmark::State& state, const std::string& preset, int head_dim, CpuIsa isa) {
   if (isa != CpuIsa::kScalar && (DetectCpuIsa() == CpuIsa::kScalar ||
                                  (isa == CpuIsa::kAvx512 && DetectCpuIsa() != CpuIsa::kAvx512))) {
     state.SkipWithError("CPU lacks this instruction set");
@@ -70,7 +70,8 @@ int Register() {
   for (const char* preset : kPresets) {
     for (int head_dim : {64, 128}) {
       for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kScalar}) {
-        const std::string suffix = std::string(preset) + "/d" + std::to_string(head_dim) + "/" + CpuIsaName(isa);
+        const std::string suffix =
+            std::string(preset) + "/d" + std::to_string(head_dim) + "/" + CpuIsaName(isa);
         benchmark::RegisterBenchmark(("Encode/" + suffix).c_str(), BM_Encode, preset, head_dim, isa)
             ->Unit(benchmark::kMicrosecond);
         benchmark::RegisterBenchmark(("Decode/" + suffix).c_str(), BM_Decode, preset, head_dim, isa)

@@ -34,13 +34,13 @@ namespace internal = turbokv::codec::internal;
 
 namespace {
 
-#define CHECK_CUDA(expr)                                                                  \
-  do {                                                                                    \
-    const cudaError_t e_ = (expr);                                                        \
-    if (e_ != cudaSuccess) {                                                              \
-      std::printf("{\"error\": \"%s: %s\"}\n", #expr, cudaGetErrorString(e_));            \
-      std::exit(1);                                                                       \
-    }                                                                                     \
+#define CHECK_CUDA(expr)                                                       \
+  do {                                                                         \
+    const cudaError_t e_ = (expr);                                             \
+    if (e_ != cudaSuccess) {                                                   \
+      std::printf("{\"error\": \"%s: %s\"}\n", #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                            \
+    }                                                                          \
   } while (0)
 
 struct Timer {
@@ -118,9 +118,10 @@ double CopyBandwidth(int reps) {
   CHECK_CUDA(cudaMalloc(&b, bytes));
   CHECK_CUDA(cudaMemset(a, 1, bytes));
   Timer timer;
-  const double t = timer.Best(reps, [&] { CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
-  std::printf("{\"kind\": \"copy\", \"bytes\": %zu, \"seconds\": %.6f, \"hbm_gbps\": %.1f}\n", bytes, t,
-              2.0 * bytes / t / 1e9);
+  const double t =
+      timer.Best(reps, [&] { CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
+  std::printf("{\"kind\": \"copy\", \"bytes\": %zu, \"seconds\": %.6f, \"hbm_gbps\": %.1f}\n",
+              bytes, t, 2.0 * bytes / t / 1e9);
   std::fflush(stdout);
   cudaFree(a);
   cudaFree(b);
@@ -129,8 +130,8 @@ double CopyBandwidth(int reps) {
 
 double g_copy_hbm_gbps = 0;
 
-void KernelCase(const char* name, const BlockShape& shape, const char* preset, const std::vector<int>& sizes,
-                int reps, int sm_count) {
+void KernelCase(const char* name, const BlockShape& shape, const char* preset,
+                const std::vector<int>& sizes, int reps, int sm_count) {
   const BlockCodec codec = *BlockCodec::Create(shape, *PresetSpec(preset, shape.head_dim));
   const internal::GpuPlan plan = internal::MakeGpuPlan(codec);
   void* blob = nullptr;
@@ -140,18 +141,19 @@ void KernelCase(const char* name, const BlockShape& shape, const char* preset, c
   CHECK_CUDA(cudaMemcpy(blob, host_blob.data(), host_blob.size(), cudaMemcpyHostToDevice));
   DeviceCodebooks codebooks;
   const int layers = shape.num_layers;
-  std::vector<internal::GroupLaunch> enc =
-      internal::MakeLaunches(plan, codec, reinterpret_cast<uintptr_t>(blob), 0, layers, 0, shape.dtype);
-  std::vector<internal::GroupLaunch> dec =
-      internal::MakeLaunches(plan, codec, reinterpret_cast<uintptr_t>(blob), 0, layers, 0, DType::kFloat16);
+  std::vector<internal::GroupLaunch> enc = internal::MakeLaunches(
+      plan, codec, reinterpret_cast<uintptr_t>(blob), 0, layers, 0, shape.dtype);
+  std::vector<internal::GroupLaunch> dec = internal::MakeLaunches(
+      plan, codec, reinterpret_cast<uintptr_t>(blob), 0, layers, 0, DType::kFloat16);
   for (auto* list : {&enc, &dec}) {
     for (internal::GroupLaunch& a : *list) a.codebook = codebooks.Get(a.group_size, a.bits);
   }
-  internal::PlainLaunch plain =
-      internal::MakePlainLaunch(plan, codec, reinterpret_cast<uintptr_t>(blob), 0, layers, 0, DType::kFloat16);
+  internal::PlainLaunch plain = internal::MakePlainLaunch(
+      plan, codec, reinterpret_cast<uintptr_t>(blob), 0, layers, 0, DType::kFloat16);
 
   // Eight distinct random blocks, repeated to fill the batch.
   std::vector<std::vector<uint8_t>> distinct;
+  distinct.reserve(8);
   for (int i = 0; i < 8; ++i) distinct.push_back(RandomBlock(shape, 11 + i));
   const int max_n = *std::max_element(sizes.begin(), sizes.end());
   const size_t raw_bytes = codec.raw_bytes(), aligned = plan.aligned_block_bytes;
@@ -162,7 +164,8 @@ void KernelCase(const char* name, const BlockShape& shape, const char* preset, c
   CHECK_CUDA(cudaMalloc(&out, max_n * raw_bytes));
   CHECK_CUDA(cudaMalloc(&errors, max_n * sizeof(uint32_t)));
   for (int i = 0; i < max_n; ++i) {
-    CHECK_CUDA(cudaMemcpy(raw + i * raw_bytes, distinct[i % 8].data(), raw_bytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(
+        cudaMemcpy(raw + i * raw_bytes, distinct[i % 8].data(), raw_bytes, cudaMemcpyHostToDevice));
   }
   CHECK_CUDA(cudaMemset(errors, 0, max_n * sizeof(uint32_t)));
 
@@ -204,8 +207,10 @@ void KernelCase(const char* name, const BlockShape& shape, const char* preset, c
     // Byte check of block 0 (and of block n - 1, which exercises the last tiles).
     bool match = true;
     for (int i : {0, n - 1}) {
-      std::vector<uint8_t> got_aligned(aligned), got(codec.packed_bytes()), want(codec.packed_bytes());
-      CHECK_CUDA(cudaMemcpy(got_aligned.data(), packed + i * aligned, aligned, cudaMemcpyDeviceToHost));
+      std::vector<uint8_t> got_aligned(aligned), got(codec.packed_bytes()),
+          want(codec.packed_bytes());
+      CHECK_CUDA(
+          cudaMemcpy(got_aligned.data(), packed + i * aligned, aligned, cudaMemcpyDeviceToHost));
       internal::AlignedToPacked(plan, got_aligned.data(), got.data());
       uint32_t flag = 0;
       CHECK_CUDA(cudaMemcpy(&flag, errors + i, 4, cudaMemcpyDeviceToHost));
@@ -213,16 +218,21 @@ void KernelCase(const char* name, const BlockShape& shape, const char* preset, c
               internal::FinishPackedBlock(codec, distinct[i % 8], absl::MakeSpan(got)).ok() &&
               codec.Encode(distinct[i % 8], absl::MakeSpan(want)).ok() && got == want;
       std::vector<uint8_t> dec_got(raw_bytes), dec_want(raw_bytes);
-      CHECK_CUDA(cudaMemcpy(dec_got.data(), out + i * raw_bytes, raw_bytes, cudaMemcpyDeviceToHost));
-      match = match && codec.Decode(want, DType::kFloat16, {}, absl::MakeSpan(dec_want)).ok() && dec_got == dec_want;
+      CHECK_CUDA(
+          cudaMemcpy(dec_got.data(), out + i * raw_bytes, raw_bytes, cudaMemcpyDeviceToHost));
+      match = match && codec.Decode(want, DType::kFloat16, {}, absl::MakeSpan(dec_want)).ok() &&
+              dec_got == dec_want;
     }
     const double fp16 = static_cast<double>(n) * raw_bytes;
     const double enc_moved = static_cast<double>(n) * (raw_bytes + parts);
     const double dec_moved = static_cast<double>(n) * (parts + plain_bytes + raw_bytes);
     std::printf(
-        "{\"kind\": \"kernels\", \"shape\": \"%s\", \"preset\": \"%s\", \"blocks\": %d, \"raw_mib\": %.1f, "
-        "\"encode_seconds\": %.6f, \"encode_fp16_gbps\": %.1f, \"encode_hbm_gbps\": %.1f, \"encode_vs_copy\": %.3f, "
-        "\"decode_seconds\": %.6f, \"decode_fp16_gbps\": %.1f, \"decode_hbm_gbps\": %.1f, \"decode_vs_copy\": %.3f, "
+        "{\"kind\": \"kernels\", \"shape\": \"%s\", \"preset\": \"%s\", \"blocks\": %d, "
+        "\"raw_mib\": %.1f, "
+        "\"encode_seconds\": %.6f, \"encode_fp16_gbps\": %.1f, \"encode_hbm_gbps\": %.1f, "
+        "\"encode_vs_copy\": %.3f, "
+        "\"decode_seconds\": %.6f, \"decode_fp16_gbps\": %.1f, \"decode_hbm_gbps\": %.1f, "
+        "\"decode_vs_copy\": %.3f, "
         "\"bytes_match\": %s}\n",
         name, preset, n, fp16 / (1 << 20), te, fp16 / te / 1e9, enc_moved / te / 1e9,
         enc_moved / te / 1e9 / g_copy_hbm_gbps, td, fp16 / td / 1e9, dec_moved / td / 1e9,
@@ -236,18 +246,23 @@ void KernelCase(const char* name, const BlockShape& shape, const char* preset, c
   cudaFree(blob);
 }
 
-void HostCase(const char* name, const BlockShape& shape, const char* preset, double host_gib, int reps) {
+void HostCase(const char* name, const BlockShape& shape, const char* preset, double host_gib,
+              int reps) {
   absl::StatusOr<std::unique_ptr<CudaCodec>> gpu = CudaCodec::Create();
   const BlockCodec codec = *BlockCodec::Create(shape, *PresetSpec(preset, shape.head_dim));
   const int n = std::max(1, static_cast<int>(host_gib * (1 << 30) / codec.raw_bytes()));
   std::vector<std::vector<uint8_t>> distinct;
+  distinct.reserve(8);
   for (int i = 0; i < 8; ++i) distinct.push_back(RandomBlock(shape, 11 + i));
   std::vector<std::vector<uint8_t>> packed(n, std::vector<uint8_t>(codec.packed_bytes()));
   std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(codec.raw_bytes()));
   std::vector<absl::Span<const uint8_t>> in;
   std::vector<absl::Span<uint8_t>> pk, outs;
+  in.reserve(n);
+  pk.reserve(n);
+  outs.reserve(n);
   for (int i = 0; i < n; ++i) {
-    in.push_back(distinct[i % 8]);
+    in.emplace_back(distinct[i % 8]);
     pk.push_back(absl::MakeSpan(packed[i]));
     outs.push_back(absl::MakeSpan(out[i]));
   }
@@ -282,8 +297,10 @@ void HostCase(const char* name, const BlockShape& shape, const char* preset, dou
   const bool match = codec.Encode(distinct[0], absl::MakeSpan(want)).ok() && want == packed[0];
   const double gb = static_cast<double>(n) * codec.raw_bytes() / 1e9;
   std::printf(
-      "{\"kind\": \"host\", \"shape\": \"%s\", \"preset\": \"%s\", \"blocks\": %d, \"encode_fp16_gbps\": %.2f, "
-      "\"decode_fp16_gbps\": %.2f, \"encode_kernel_seconds\": %.4f, \"decode_kernel_seconds\": %.4f, "
+      "{\"kind\": \"host\", \"shape\": \"%s\", \"preset\": \"%s\", \"blocks\": %d, "
+      "\"encode_fp16_gbps\": %.2f, "
+      "\"decode_fp16_gbps\": %.2f, \"encode_kernel_seconds\": %.4f, \"decode_kernel_seconds\": "
+      "%.4f, "
       "\"host_threads\": 1, \"bytes_match\": %s}\n",
       name, preset, n, gb / enc, gb / dec, enc_kernel, dec_kernel, match ? "true" : "false");
   std::fflush(stdout);
@@ -310,8 +327,8 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("{\"kind\": \"device\", \"name\": \"%s\", \"sm\": %d, \"multiprocessors\": %d}\n", prop.name,
-              prop.major * 10 + prop.minor, prop.multiProcessorCount);
+  std::printf("{\"kind\": \"device\", \"name\": \"%s\", \"sm\": %d, \"multiprocessors\": %d}\n",
+              prop.name, prop.major * 10 + prop.minor, prop.multiProcessorCount);
   std::fflush(stdout);
   if (device_only) return 0;
   g_copy_hbm_gbps = CopyBandwidth(reps);
@@ -328,7 +345,8 @@ int main(int argc, char** argv) {
       {"llama3-8b", {32, 16, 8, 128, DType::kFloat16}, "k3v2-g32-qjl"},
       {"smollm2-135m", {30, 16, 3, 64, DType::kFloat16}, "k4v4-g32"},
   };
-  for (const Case& c : cases) KernelCase(c.name, c.shape, c.preset, sizes, reps, prop.multiProcessorCount);
+  for (const Case& c : cases)
+    KernelCase(c.name, c.shape, c.preset, sizes, reps, prop.multiProcessorCount);
   if (host_gib > 0) {
     HostCase("llama3-8b", cases[0].shape, "k4v4-g32", host_gib, 2);
     HostCase("llama3-8b", cases[0].shape, "k8v4", host_gib, 2);

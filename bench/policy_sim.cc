@@ -122,9 +122,10 @@ int main(int argc, char** argv) {
     size_t refs = 0;
     for (const TraceRequest& r : trace) refs += r.blocks.size();
     const double infinite = turbokv::server::InfiniteCacheHitRatio(trace);
-    std::printf("%s: %zu requests, %zu distinct blocks, %zu block references, infinite-cache "
-                "hit ratio %.1f%% (loaded in %.2f s)\n",
-                path.c_str(), trace.size(), distinct, refs, 100 * infinite, Seconds(t0));
+    std::printf(
+        "%s: %zu requests, %zu distinct blocks, %zu block references, infinite-cache "
+        "hit ratio %.1f%% (loaded in %.2f s)\n",
+        path.c_str(), trace.size(), distinct, refs, 100 * infinite, Seconds(t0));
     std::printf("%9s %9s %8s %8s %8s %8s %9s %9s %9s %8s %9s\n", "capacity", "blocks", "policy",
                 "LRU", "Belady", "/LRU", "/Belady", "LRU/Bel.", "B/block", "h", "seconds");
     nlohmann::json points = nlohmann::json::array();
@@ -151,17 +152,15 @@ int main(int argc, char** argv) {
         policy = std::move(*made);
       }
       t0 = std::chrono::steady_clock::now();
-      const turbokv::server::ReplayResult mine =
-          turbokv::server::Replay(trace, *policy, options);
+      const turbokv::server::ReplayResult mine = turbokv::server::Replay(trace, *policy, options);
       const double seconds = Seconds(t0);
       turbokv::server::LruPolicy lru_policy;
-      const turbokv::server::ReplayResult lru =
-          turbokv::server::Replay(trace, lru_policy, options);
+      const turbokv::server::ReplayResult lru = turbokv::server::Replay(trace, lru_policy, options);
       const turbokv::server::ReplayResult belady = turbokv::server::ReplayBelady(trace, options);
-      const double bytes_per_block = policy->blocks() == 0
-                                         ? 0.0
-                                         : static_cast<double>(policy->MemoryBytes()) /
-                                               static_cast<double>(policy->blocks());
+      const double bytes_per_block =
+          policy->blocks() == 0
+              ? 0.0
+              : static_cast<double>(policy->MemoryBytes()) / static_cast<double>(policy->blocks());
       const auto* lrfu = dynamic_cast<const turbokv::server::LrfuPolicy*>(policy.get());
       const double half_life = lrfu != nullptr ? lrfu->half_life() : 0.0;
       std::printf("%8.1f%% %9llu %7.1f%% %7.1f%% %7.1f%% %8.3f %9.3f %9.3f %9.1f %8s %9.3f\n",

@@ -33,8 +33,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -283,10 +283,11 @@ int main(int argc, char** argv) {
   };
 
   // The working set of get / prefix / lookup phases, stored before the clock starts.
-  const int set_blocks = a.phase == "lookup" ? 1000
-                         : a.phase == "prefix" ? 64
-                                               : static_cast<int>(std::clamp<uint64_t>(
-                                                     (uint64_t{256} << 20) / block_bytes, 8, 256));
+  const int set_blocks =
+      a.phase == "lookup" ? 1000
+      : a.phase == "prefix"
+          ? 64
+          : static_cast<int>(std::clamp<uint64_t>((uint64_t{256} << 20) / block_bytes, 8, 256));
   std::vector<std::string> set_keys;
   if (a.phase != "put") {
     std::unique_ptr<Redis> r;
@@ -321,7 +322,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<Redis> r;
     if (a.system == "redis") r = std::make_unique<Redis>(a.target);
     std::mt19937_64 rng(w + 1);
-    const uint64_t ring = std::max<uint64_t>(4, (uint64_t{256} << 20) / block_bytes / a.concurrency);
+    const uint64_t ring =
+        std::max<uint64_t>(4, (uint64_t{256} << 20) / block_bytes / a.concurrency);
     tc::GetOptions get;
     get.encoding = get_encoding;
     for (uint64_t seq = 0; absl::Now() < end; ++seq) {
@@ -357,6 +359,7 @@ int main(int argc, char** argv) {
     }
   };
   std::vector<std::thread> threads;
+  threads.reserve(workers);
   for (int w = 0; w < workers; ++w) threads.emplace_back(worker, w);
   for (auto& t : threads) t.join();
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);

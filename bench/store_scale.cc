@@ -31,9 +31,9 @@
 //     (posix_fadvise DONTNEED on each file: cold), the later ones warm;
 //   * Lookup: --lookups Lookups of whole random chains (lease 0), after a warm-up, p50/p99.
 #include <fcntl.h>
-#include <time.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -102,7 +102,9 @@ size_t HashOf(uint64_t id, char* out /* 32 bytes */) {
   return len;
 }
 
-uint64_t NamespaceOf(const Config& c, uint64_t id) { return 0x1000 + (id / c.chain) % c.namespaces; }
+uint64_t NamespaceOf(const Config& c, uint64_t id) {
+  return 0x1000 + (id / c.chain) % c.namespaces;
+}
 
 StorageOptions Options(const Config& c) {
   StorageOptions o;
@@ -111,8 +113,8 @@ StorageOptions Options(const Config& c) {
   o.segment_bytes = c.segment_bytes;
   o.maintenance_interval_ms = 0;  // no background pass during the measurement
   // Room for every block with a margin (nothing is evicted).
-  o.capacity_bytes = c.blocks * (turbokv::server::RecordBytes(32, c.value_bytes) + 200) +
-                     (uint64_t{1} << 30);
+  o.capacity_bytes =
+      c.blocks * (turbokv::server::RecordBytes(32, c.value_bytes) + 200) + (uint64_t{1} << 30);
   return o;
 }
 
@@ -185,9 +187,9 @@ void Build(const Config& c) {
                           &cfs, &db),
         "open RocksDB");
   std::string mark_value;
-  Check(db->Get(rocksdb::ReadOptions(), cfs[format::kDefault], "turbokv.sequence_mark",
-                &mark_value),
-        "read the sequence mark");
+  Check(
+      db->Get(rocksdb::ReadOptions(), cfs[format::kDefault], "turbokv.sequence_mark", &mark_value),
+      "read the sequence mark");
   const uint64_t first_sequence = format::GetFixed64LE(mark_value.data());
 
   // The value log: segments in put order, each started by its first record (ValueLog::Append)
@@ -215,7 +217,8 @@ void Build(const Config& c) {
     w.value = value;
     w.sequence = first_sequence + first;
     w.put_time = now;
-    absl::StatusOr<std::vector<turbokv::server::RecordLocation>> placed = (*log)->Append(absl::MakeConstSpan(&w, 1));
+    absl::StatusOr<std::vector<turbokv::server::RecordLocation>> placed =
+        (*log)->Append(absl::MakeConstSpan(&w, 1));
     Check(placed.status(), "append");
     if ((*placed)[0].page != 1) Die("a new segment's first record is not on page 1");
     segment_numbers.push_back((*placed)[0].segment);
@@ -223,8 +226,8 @@ void Build(const Config& c) {
     const uint64_t records = std::min(per_segment, c.blocks - first);
     const std::string path =
         (fs::path(values_dir) / absl::StrFormat("%08u.tkv", segment_numbers.back())).string();
-    if (::truncate(path.c_str(), static_cast<off_t>(turbokv::server::kPageBytes +
-                                                    records * record)) != 0) {
+    if (::truncate(path.c_str(),
+                   static_cast<off_t>(turbokv::server::kPageBytes + records * record)) != 0) {
       Die("truncate " + path);
     }
   }
@@ -282,9 +285,7 @@ uint64_t ProcStatus(const char* field) {
   }
   return 0;
 }
-void ResetPeakRss() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 // Drops the data directory's files from the page cache (written back first).
 void DropFromPageCache(const std::string& dir) {
@@ -359,9 +360,11 @@ double Percentile(std::vector<double> v, double q) {
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"The block store at N blocks: index memory, restart time, Lookup latency "
-               "(synthetic metadata, values never read: see the file's header)"};
-  app.add_option("--blocks", c.blocks, "blocks in the store")->check(CLI::Range(1000ull, 4000000000ull));
+  CLI::App app{
+      "The block store at N blocks: index memory, restart time, Lookup latency "
+      "(synthetic metadata, values never read: see the file's header)"};
+  app.add_option("--blocks", c.blocks, "blocks in the store")
+      ->check(CLI::Range(1000ull, 4000000000ull));
   app.add_option("--data-dir", c.data_dir, "data directory (removed first unless --reuse)");
   app.add_option("--json", c.json_out, "also write the figures as JSON here");
   app.add_option("--chain", c.chain, "blocks per prefix chain")->check(CLI::Range(1u, 100000u));
@@ -372,7 +375,8 @@ int main(int argc, char** argv) {
   app.add_option("--policy", c.policy, "eviction policy: lrfu, lru");
   app.add_option("--restarts", c.restarts, "opens measured (the first cold)")
       ->check(CLI::Range(1, 10));
-  app.add_option("--lookups", c.lookups, "timed Lookups of whole chains")->check(CLI::Range(1, 1000000));
+  app.add_option("--lookups", c.lookups, "timed Lookups of whole chains")
+      ->check(CLI::Range(1, 1000000));
   app.add_flag("--reuse", c.reuse, "reuse the data directory a previous run built (same flags)");
   app.add_flag("--keep", c.keep, "keep the data directory afterwards");
   CLI11_PARSE(app, argc, argv);
@@ -407,9 +411,12 @@ int main(int argc, char** argv) {
   report["synthetic"] =
       "block_meta/access written with the store's encoders and ingested as SST files; value-log "
       "segments sparse (one real record each); values never written or read";
-  report["config"] = {{"blocks", c.blocks},           {"chain", c.chain},
-                      {"chains", chains},             {"namespaces", c.namespaces},
-                      {"value_bytes", c.value_bytes}, {"policy", c.policy},
+  report["config"] = {{"blocks", c.blocks},
+                      {"chain", c.chain},
+                      {"chains", chains},
+                      {"namespaces", c.namespaces},
+                      {"value_bytes", c.value_bytes},
+                      {"policy", c.policy},
                       {"segment_bytes", c.segment_bytes}};
   report["sst_bytes"] = sst_bytes;
   report["cpu"] = CpuModel();
@@ -483,11 +490,11 @@ int main(int argc, char** argv) {
         "  memory: store's accounting %.1f B/block (index %.1f, policy %.1f); RSS delta "
         "%.1f B/block, peak %.1f B/block\n",
         cold ? "cold" : "warm", restart_s, restart_s / per_m, restart_cpu_s, restart_cpu_s / per_m,
-        rocks_wall, rocks_cpu, t.repair_check.wall_s, t.repair_check.cpu_s,
-        t.rocksdb_open.wall_s, t.rocksdb_open.cpu_s, t.scan.wall_s + t.policy.wall_s +
-        t.reclaim.wall_s, t.scan.cpu_s + t.policy.cpu_s + t.reclaim.cpu_s, t.scan.wall_s,
-        t.scan.cpu_s, t.policy.wall_s, t.policy.cpu_s, t.reclaim.wall_s, t.reclaim.cpu_s,
-        restart_s - open_s, static_cast<double>(db.index_memory_bytes) / n,
+        rocks_wall, rocks_cpu, t.repair_check.wall_s, t.repair_check.cpu_s, t.rocksdb_open.wall_s,
+        t.rocksdb_open.cpu_s, t.scan.wall_s + t.policy.wall_s + t.reclaim.wall_s,
+        t.scan.cpu_s + t.policy.cpu_s + t.reclaim.cpu_s, t.scan.wall_s, t.scan.cpu_s,
+        t.policy.wall_s, t.policy.cpu_s, t.reclaim.wall_s, t.reclaim.cpu_s, restart_s - open_s,
+        static_cast<double>(db.index_memory_bytes) / n,
         static_cast<double>(db.block_index_memory_bytes) / n,
         static_cast<double>(db.policy_memory_bytes) / n,
         (static_cast<double>(rss_after) - static_cast<double>(rss_before)) / n,
@@ -523,10 +530,11 @@ int main(int argc, char** argv) {
                       {"cpu_p50_us", Percentile(cpu_us, 0.5)},
                       {"cpu_p99_us", Percentile(cpu_us, 0.99)},
                       {"ns_per_block_p50", p50 * 1e3 / c.chain}};
-  std::printf("Lookup of a %u-block chain (%d chains, warm): p50 %.1f us, p99 %.1f us, max %.1f "
-              "us (%.0f ns a block at p50); thread CPU p50 %.1f us, p99 %.1f us\n",
-              c.chain, c.lookups, p50, p99, Percentile(us, 1.0), p50 * 1e3 / c.chain,
-              Percentile(cpu_us, 0.5), Percentile(cpu_us, 0.99));
+  std::printf(
+      "Lookup of a %u-block chain (%d chains, warm): p50 %.1f us, p99 %.1f us, max %.1f "
+      "us (%.0f ns a block at p50); thread CPU p50 %.1f us, p99 %.1f us\n",
+      c.chain, c.lookups, p50, p99, Percentile(us, 1.0), p50 * 1e3 / c.chain,
+      Percentile(cpu_us, 0.5), Percentile(cpu_us, 0.99));
   store.reset();
   if (!c.json_out.empty()) {
     std::ofstream out(c.json_out);

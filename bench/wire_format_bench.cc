@@ -16,7 +16,8 @@ namespace {
 
 std::vector<std::string> Chain(int n) {
   std::vector<std::string> hashes;
-  for (int i = 0; i < n; ++i) hashes.push_back(std::string(32, static_cast<char>(i)));
+  hashes.reserve(n);
+  for (int i = 0; i < n; ++i) hashes.emplace_back(32, static_cast<char>(i));
   return hashes;
 }
 

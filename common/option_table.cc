@@ -44,18 +44,17 @@ std::string FormatReal(double value) {
   return absl::StrFormat("%.17g", value);
 }
 
-absl::Status CheckFileExists(std::string_view field, std::string_view flag,
-                             std::string_view path) {
+absl::Status CheckFileExists(std::string_view field, std::string_view flag, std::string_view path) {
   if (path.empty()) return absl::OkStatus();
   std::error_code ec;
   const auto status = std::filesystem::status(std::string(path), ec);
   if (ec || !std::filesystem::exists(status)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(field, Quoted(path), flag), ": no such file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(field, Quoted(path), flag), ": no such file"));
   }
   if (std::filesystem::is_directory(status)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(field, Quoted(path), flag), " is a directory, not a file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(field, Quoted(path), flag), " is a directory, not a file"));
   }
   return absl::OkStatus();
 }

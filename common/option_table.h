@@ -43,9 +43,9 @@ std::string_view OptionUnitName(OptionUnit unit);
 // parse(o, format(o)) leaves o unchanged.
 template <typename Options>
 struct OptionSpec {
-  std::string flag;        // "--capacity"; empty: a field with no flag (tests set it directly)
-  std::string field;       // "storage.capacity_bytes": the name errors use
-  std::string help;        // one paragraph, no range or default (they are added from the table)
+  std::string flag;   // "--capacity"; empty: a field with no flag (tests set it directly)
+  std::string field;  // "storage.capacity_bytes": the name errors use
+  std::string help;   // one paragraph, no range or default (they are added from the table)
   OptionUnit unit = OptionUnit::kNone;
   std::string value_name;  // placeholder in --help: SIZE, N, MS, SECONDS, F, TEXT, "a|b|c"
   std::string range;       // "0..1024", ">= 1", "4KiB..1GiB", "(0, 1]", "one of a, b"; "": any
@@ -64,12 +64,11 @@ namespace option_internal {
 // `field value (flag)`, e.g. `codec.threads 2000 (--codec-threads)`; without a flag
 // `field value`. What every message of the table starts with.
 std::string Describe(std::string_view field, std::string_view value, std::string_view flag);
-std::string FormatReal(double value);  // the shortest text that parses back to `value`
+std::string FormatReal(double value);       // the shortest text that parses back to `value`
 std::string Quoted(std::string_view text);  // text in double quotes
 // OK when `path` is empty or names an existing file (not a directory); InvalidArgument naming
 // the field and flag otherwise.
-absl::Status CheckFileExists(std::string_view field, std::string_view flag,
-                             std::string_view path);
+absl::Status CheckFileExists(std::string_view field, std::string_view flag, std::string_view path);
 
 template <typename T>
 bool ParseNumber(std::string_view text, T* out) {
@@ -80,15 +79,17 @@ bool ParseNumber(std::string_view text, T* out) {
     return true;
   } else if constexpr (std::is_signed_v<T>) {
     int64_t v = 0;
-    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &v) || v < std::numeric_limits<T>::min() ||
-        v > std::numeric_limits<T>::max()) {
+    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &v) ||
+        v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
       return false;
     }
     *out = static_cast<T>(v);
     return true;
   } else {
     uint64_t v = 0;
-    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &v) || v > std::numeric_limits<T>::max()) return false;
+    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &v) ||
+        v > std::numeric_limits<T>::max())
+      return false;
     *out = static_cast<T>(v);
     return true;
   }
@@ -125,8 +126,8 @@ class OptionTable {
       return absl::OkStatus();
     };
     s.format = [member](const Options& o) { return NumberText(o.*member); };
-    s.parse = [member, field = s.field, flag = s.flag, range = s.range,
-               check = s.check](Options& o, std::string_view text) {
+    s.parse = [member, field = s.field, flag = s.flag, range = s.range, check = s.check](
+                  Options& o, std::string_view text) {
       T v{};
       if (!option_internal::ParseNumber(text, &v)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -142,8 +143,8 @@ class OptionTable {
 
   // A byte count in [min, max]; the flag takes ParseByteSize's spellings (10GiB, 512MiB, 100MB,
   // 4096).
-  OptionTable& Bytes(std::string flag, std::string field, uint64_t Options::*member,
-                     uint64_t min, uint64_t max, std::string help) {
+  OptionTable& Bytes(std::string flag, std::string field, uint64_t Options::*member, uint64_t min,
+                     uint64_t max, std::string help) {
     Spec s = Base(std::move(flag), std::move(field), std::move(help));
     s.unit = OptionUnit::kBytes;
     s.value_name = "SIZE";
@@ -162,9 +163,9 @@ class OptionTable {
                                                                         std::string_view text) {
       absl::StatusOr<uint64_t> v = ParseByteSize(text);
       if (!v.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            option_internal::Describe(field, option_internal::Quoted(text), flag), ": ",
-            v.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(option_internal::Describe(field, option_internal::Quoted(text), flag),
+                         ": ", v.status().message()));
       }
       o.*member = *v;
       return check(o);
@@ -238,17 +239,17 @@ class OptionTable {
       }
       return std::string("?");
     };
-    s.parse = [member, names, field = s.field, flag = s.flag,
-               range = s.range](Options& o, std::string_view text) {
+    s.parse = [member, names, field = s.field, flag = s.flag, range = s.range](
+                  Options& o, std::string_view text) {
       for (const auto& [t, value] : names) {
         if (t == text) {
           o.*member = value;
           return absl::OkStatus();
         }
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          option_internal::Describe(field, option_internal::Quoted(text), flag), " is not ",
-          range));
+      return absl::InvalidArgumentError(
+          absl::StrCat(option_internal::Describe(field, option_internal::Quoted(text), flag),
+                       " is not ", range));
     };
     specs_.push_back(std::move(s));
     return *this;

@@ -10,11 +10,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
+#include "common/byte_size.h"
 #include "server/server.h"
 #include "server/server_flags.h"
 #include "server/server_options.h"
 #include "spdlog/spdlog.h"
-#include "common/byte_size.h"
 
 namespace {
 
@@ -55,7 +55,6 @@ std::string PreparePortFile(const std::string& path) {
 
 }  // namespace
 
-// NOLINTNEXTLINE(bugprone-exception-escape): an exception out of start-up ends the process.
 int main(int argc, char** argv) {
   // gRPC's mutexes are absl::Mutex, and Debian's Abseil is built with its debug-mode deadlock
   // detection on: every lock and unlock also updates a global lock graph (a few % of the
@@ -128,12 +127,10 @@ int main(int argc, char** argv) {
                                            std::to_string((*server)->metrics_port()) + ")",
       options.storage.data_dir, turbokv::FormatByteSize(options.storage.capacity_bytes),
       options.storage.low_watermark, options.storage.high_watermark,
-      turbokv::server::DurabilityName(options.storage.durability),
-      (*server)->codec_backend(), (*server)->codec_backend_detail(),
-      (*server)->codec_threads(), (*server)->io_threads(),
-      turbokv::FormatByteSize(options.limits.max_in_flight_bytes),
-      options.codec.default_preset, (*server)->recovered_namespaces(),
-      (*server)->recovered_blocks());
+      turbokv::server::DurabilityName(options.storage.durability), (*server)->codec_backend(),
+      (*server)->codec_backend_detail(), (*server)->codec_threads(), (*server)->io_threads(),
+      turbokv::FormatByteSize(options.limits.max_in_flight_bytes), options.codec.default_preset,
+      (*server)->recovered_namespaces(), (*server)->recovered_blocks());
 
   if (!(*server)->kv_events_endpoint().empty()) {
     spdlog::info("KV events published on {} (topics turbokv/<namespace id>)",
@@ -145,10 +142,10 @@ int main(int argc, char** argv) {
   }
   const auto& auth = options.auth;
   spdlog::info("gRPC port security: {}, authentication: {}",
-               !auth.tls() ? "plaintext"
+               !auth.tls()                  ? "plaintext"
                : auth.tls_client_ca.empty() ? "TLS"
                                             : "mutual TLS",
-               !auth.token_file.empty()    ? "token file " + auth.token_file
+               !auth.token_file.empty()      ? "token file " + auth.token_file
                : !auth.tls_client_ca.empty() ? std::string("client certificates")
                : auth.insecure_allow_remote  ? std::string("none (remote clients allowed)")
                                              : std::string("none (loopback clients only)"));

@@ -22,9 +22,9 @@
 #include "server/events/kv_event_publisher.h"
 #include "server/metrics/metrics.h"
 #include "server/metrics/process_metrics.h"
-#include "server/service/codec_backend.h"
 #include "server/service/byte_budget.h"
 #include "server/service/call_watchdog.h"
+#include "server/service/codec_backend.h"
 #include "server/service/codec_pool.h"
 #include "server/service/namespace_registry.h"
 #include "server/service/service_context.h"
@@ -46,8 +46,7 @@ constexpr char kServiceName[] = "turbokv.v1.TurboKV";
 // Logs what an operator would want to know about the byte budget before the first put finds
 // out: a budget too small to hold blocks, one larger than the disk can give, and stored data
 // above the budget (the first put will evict down to the low watermark).
-void WarnAboutCapacity(const StorageOptions& options, const StoreStats& stored,
-                       const DbStats& db) {
+void WarnAboutCapacity(const StorageOptions& options, const StoreStats& stored, const DbStats& db) {
   constexpr uint64_t kSmallCapacity = uint64_t{64} << 20;
   if (options.capacity_bytes < kSmallCapacity) {
     spdlog::warn(
@@ -68,8 +67,8 @@ void WarnAboutCapacity(const StorageOptions& options, const StoreStats& stored,
           FormatByteSize(free_bytes), FormatByteSize(on_disk));
     }
   }
-  const auto high = static_cast<uint64_t>(options.high_watermark *
-                                          static_cast<double>(options.capacity_bytes));
+  const auto high =
+      static_cast<uint64_t>(options.high_watermark * static_cast<double>(options.capacity_bytes));
   if (stored.used_bytes > high) {
     spdlog::warn(
         "the data dir holds {} in {} blocks, above the high watermark {} of --capacity {}: the "
@@ -100,9 +99,10 @@ void WarnAboutSecurity(const ServerOptions& options) {
                   "--tls-client-ca, or pass --insecure-allow-remote");
     }
   } else if (!a.tls()) {
-    spdlog::warn("bearer tokens are accepted over plaintext gRPC on {}: anyone on the path can "
-                 "read them; configure --tls-cert and --tls-key",
-                 options.listen_address);
+    spdlog::warn(
+        "bearer tokens are accepted over plaintext gRPC on {}: anyone on the path can "
+        "read them; configure --tls-cert and --tls-key",
+        options.listen_address);
   }
   const std::string& m = options.metrics.listen_address;
   if (!m.empty() && m.rfind("127.", 0) != 0 && m.rfind("[::1]", 0) != 0 &&
@@ -166,15 +166,14 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
           return ns.ok() ? (*ns)->descriptor.block_tokens() : 0;
         }));
   }
-  TURBOKV_ASSIGN_OR_RETURN(store_,
-                           BlockStore::Open(
-                               options.storage,
-                               [](absl::Span<const uint8_t> value) {
-                                 return codec::VerifyPackedChecksum(value);
-                               },
-                               /*clock=*/nullptr, kv_events_.get()));
+  TURBOKV_ASSIGN_OR_RETURN(store_, BlockStore::Open(
+                                       options.storage,
+                                       [](absl::Span<const uint8_t> value) {
+                                         return codec::VerifyPackedChecksum(value);
+                                       },
+                                       /*clock=*/nullptr, kv_events_.get()));
   registry_ = std::make_unique<NamespaceRegistry>(store_.get(), options.codec.default_preset,
-                                                   options.limits);
+                                                  options.limits);
   TURBOKV_RETURN_IF_ERROR(registry_->Load());
   events_registry_.store(registry_.get());
   const StoreStats recovered = store_->Stats();
@@ -194,9 +193,8 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
       options.auth.authenticates() ? options.limits.tenant_in_flight_share : 1.0);
   watchdog_ = std::make_unique<CallWatchdog>();
 
-  metrics_ =
-      std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes,
-                                backend.cpu_name);
+  metrics_ = std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes,
+                                       backend.cpu_name);
   TURBOKV_ASSIGN_OR_RETURN(auth_, Authenticator::Create(options.auth, *prometheus_));
   // The store keeps each tenant within its quota as its puts commit (block_store.h,
   // "Tenants"); the quotas follow the token file as it is re-read.
@@ -341,7 +339,7 @@ void Server::Shutdown() {
   auth_.reset();
   watchdog_.reset();  // every call is done: nothing is armed
   budget_.reset();
-  store_.reset();  // persists access times, flushes memtables, closes RocksDB
+  store_.reset();      // persists access times, flushes memtables, closes RocksDB
   kv_events_.reset();  // sends what the store reported last, then closes the socket
 }
 

@@ -59,15 +59,15 @@ class Server {
   [[nodiscard]] absl::Status ReloadCredentials();
 
   int port() const { return port_; }
-  int codec_threads() const;  // resolved worker counts
-  int io_threads() const;                  // bound gRPC port
+  int codec_threads() const;                          // resolved worker counts
+  int io_threads() const;                             // bound gRPC port
   int metrics_port() const { return metrics_port_; }  // 0 when metrics are disabled
   int health_port() const { return health_port_; }    // 0 without --health-listen
   // The bound KV-event endpoint ("tcp://127.0.0.1:40123"); "" without --kv-events-listen.
   std::string kv_events_endpoint() const;
-  int kv_events_port() const;                         // 0 without --kv-events-listen
-  const std::string& codec_backend() const;           // "cpu-avx2", "cuda", ...
-  const std::string& codec_backend_detail() const;    // GPU name, or why not CUDA
+  int kv_events_port() const;                       // 0 without --kv-events-listen
+  const std::string& codec_backend() const;         // "cpu-avx2", "cuda", ...
+  const std::string& codec_backend_detail() const;  // GPU name, or why not CUDA
   uint64_t recovered_namespaces() const { return recovered_namespaces_; }
   uint64_t recovered_blocks() const { return recovered_blocks_; }
 

@@ -7,7 +7,8 @@ namespace turbokv::server {
 std::string FlagEnvName(std::string_view flag) {
   std::string env = "TURBOKV_";
   for (char ch : flag.substr(flag.find_first_not_of('-'))) {
-    env.push_back(ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch))));
+    env.push_back(ch == '-' ? '_'
+                            : static_cast<char>(std::toupper(static_cast<unsigned char>(ch))));
   }
   return env;
 }

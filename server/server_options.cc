@@ -16,10 +16,10 @@ namespace {
 // The backend names, in --help order: the flag, ParseCodecBackendKind and CodecBackendKindName
 // use it.
 const std::vector<std::pair<std::string, CodecBackendKind>>& CodecBackendNames() {
-  static const auto* names = new std::vector<std::pair<std::string, CodecBackendKind>>{
-      {"auto", CodecBackendKind::kAuto},
-      {"cpu", CodecBackendKind::kCpu},
-      {"cuda", CodecBackendKind::kCuda}};
+  static const auto* names =
+      new std::vector<std::pair<std::string, CodecBackendKind>>{{"auto", CodecBackendKind::kAuto},
+                                                                {"cpu", CodecBackendKind::kCpu},
+                                                                {"cuda", CodecBackendKind::kCuda}};
   return *names;
 }
 
@@ -93,8 +93,8 @@ const OptionTable<LimitOptions>& LimitOptionTable() {
                         &O::max_descriptor_string_bytes, 1, kNoMax32, OptionUnit::kNone,
                         "Longest model, model_revision and cache_salt of a namespace "
                         "descriptor, bytes");
-    t->Number<uint32_t>("--max-lease-seconds", "limits.max_lease_seconds", &O::max_lease_seconds,
-                        1, kNoMax32, OptionUnit::kSeconds, "Longest Lookup lease");
+    t->Number<uint32_t>("--max-lease-seconds", "limits.max_lease_seconds", &O::max_lease_seconds, 1,
+                        kNoMax32, OptionUnit::kSeconds, "Longest Lookup lease");
     t->Number<uint32_t>("--max-hashes-per-call", "limits.max_hashes_per_call",
                         &O::max_hashes_per_call, 1, kNoMax32, OptionUnit::kNone,
                         "Most block hashes in one Lookup, GetBlocks or DeleteBlocks");
@@ -161,8 +161,7 @@ const OptionTable<ServerOptions>& ServerOptionTable() {
     auto* t = new OptionTable<O>;
     t->Text("--listen", "listen_address", &O::listen_address, "HOST:PORT", {},
             "gRPC address HOST:PORT; port 0 picks a free port (see --port-file)");
-    t->Text("--health-listen", "health_listen_address", &O::health_listen_address, "HOST:PORT",
-            {},
+    t->Text("--health-listen", "health_listen_address", &O::health_listen_address, "HOST:PORT", {},
             "Plaintext HOST:PORT serving only grpc.health.v1.Health (kubelet's gRPC probes "
             "cannot speak TLS); \"\" = health on --listen only");
     t->Include(&O::metrics, MetricsOptionTable());
@@ -192,10 +191,10 @@ absl::Status ValidateListenAddress(std::string_view flag, std::string_view addre
   const std::string_view port =
       colon == std::string_view::npos ? std::string_view() : address.substr(colon + 1);
   const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
-  const bool port_ok = !port.empty() && port.size() <= 5 &&
-                       std::all_of(port.begin(), port.end(),
-                                   [](char c) { return c >= '0' && c <= '9'; }) &&
-                       std::stoi(std::string(port)) <= 65535;
+  const bool port_ok =
+      !port.empty() && port.size() <= 5 &&
+      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      std::stoi(std::string(port)) <= 65535;
   if (host.empty() || !port_ok || (host.find(':') != std::string_view::npos && !bracketed)) {
     // gRPC would take a missing port as 443: say so instead of serving somewhere unexpected.
     return absl::InvalidArgumentError(absl::StrCat(
@@ -211,12 +210,11 @@ absl::Status ServerOptions::Validate() const {
   }
   TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("listen_address", listen_address));
   if (!health_listen_address.empty()) {
-    TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("health_listen_address",
-                                                  health_listen_address));
+    TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("health_listen_address", health_listen_address));
   }
   if (!metrics.listen_address.empty()) {
-    TURBOKV_RETURN_IF_ERROR(ValidateListenAddress("metrics.listen_address",
-                                                  metrics.listen_address));
+    TURBOKV_RETURN_IF_ERROR(
+        ValidateListenAddress("metrics.listen_address", metrics.listen_address));
   }
   // Ranges of every field, then what relates fields to each other (the nested Validate()s,
   // which repeat their own tables' checks: a few comparisons, once at start-up).

@@ -15,6 +15,7 @@ APT_PACKAGES=(build-essential cmake pkg-config git ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   librocksdb-dev prometheus-cpp-dev libxxhash-dev libisal-dev libzstd-dev libgtest-dev libgmock-dev
   libbenchmark-dev libspdlog-dev libcli11-dev libssl-dev clang libclang-rt-14-dev
+  clang-format clang-tidy
   libhiredis-dev redis-server nlohmann-json3-dev cppzmq-dev libzmq3-dev libmsgpack-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (README "Test"):
-#   1. tools/setup.sh (deps, venv, build), then `ruff check` on the project's Python (ruff.toml),
+#   1. tools/setup.sh (deps, venv, build), then tools/lint.sh: clang-format and clang-tidy on the
+#      C++ (.clang-format, .clang-tidy), ruff on the Python (ruff.toml); a finding fails the run,
 #   2. ctest: unit and integration tests (GPU tests skip without a device),
 #   3. pytest: Python client, models, demo (real turbokv-server on 127.0.0.1:0), the client
 #      wheel in fresh venvs (new and old grpcio/protobuf), mypy on the package, the LMCache
@@ -50,8 +51,8 @@ fi
 
 bash tools/setup.sh
 
-log "ruff check (Python lint, ruff.toml)"
-"$BUILD/venv/bin/ruff" check .
+log "lint: clang-format, clang-tidy, ruff (tools/lint.sh)"
+BUILD="$BUILD" JOBS="$JOBS" bash tools/lint.sh
 
 log "ctest (unit, integration, gpu)"
 (cd "$BUILD" && ctest --output-on-failure -j"$JOBS" --timeout 600)

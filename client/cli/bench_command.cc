@@ -46,7 +46,7 @@ using client::DType;
 struct BenchArgs {
   double seconds = 10;
   int concurrency = 4;
-  int batch = 8;  // blocks per PutBlocks / GetBlocks call
+  int batch = 8;       // blocks per PutBlocks / GetBlocks call
   std::string preset;  // empty: the server's --default-preset
   uint32_t block_tokens = 16;
   uint32_t num_layers = 32;
@@ -260,6 +260,7 @@ absl::Status RunBench(const GlobalOptions& g, const Client& c, const BenchArgs& 
   };
 
   std::vector<std::thread> threads;
+  threads.reserve(a.concurrency);
   for (int w = 0; w < a.concurrency; ++w) threads.emplace_back(worker, w);
   const bool progress = !g.json && isatty(STDOUT_FILENO);
   std::atomic<bool> done{false};

@@ -147,8 +147,8 @@ std::string GroupShrinkNote(const std::string& preset, const NamespaceDescriptor
   check("K", nominal->key, *resolved.codec.key);
   check("V", nominal->value, *resolved.codec.value);
   if (parts.empty()) return "";
-  return absl::StrCat("preset ", preset, " does not fit head_dim ", resolved.head_dim, " as named (",
-                      absl::StrJoin(parts, ", "),
+  return absl::StrCat("preset ", preset, " does not fit head_dim ", resolved.head_dim,
+                      " as named (", absl::StrJoin(parts, ", "),
                       "): smaller groups carry more scale bytes per value");
 }
 
@@ -298,8 +298,7 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
     const size_t end = std::min(blocks.size(), begin + kBlocksPerCall);
     std::vector<absl::Span<const uint8_t>> spans;
     for (size_t i = begin; i < end; ++i) {
-      spans.push_back(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(blocks[i].data()),
-                                                blocks[i].size()));
+      spans.emplace_back(reinterpret_cast<const uint8_t*>(blocks[i].data()), blocks[i].size());
     }
     // Each call carries its place in the chain: the cluster places blocks by segment.
     TURBOKV_ASSIGN_OR_RETURN(client::ChainContext chain, c.ContextOf(hashes, begin));
@@ -333,11 +332,10 @@ absl::Status RunPut(const GlobalOptions& g, const Client& c, const PutArgs& a) {
     return absl::OkStatus();
   }
   const uint64_t not_stored = blocks.size() - stored;
-  const absl::Status failure(
-      first_failure.code(),
-      absl::StrCat(not_stored, " of ", blocks.size(),
-                   not_stored == 1 ? " block was" : " blocks were", " not stored; first: ",
-                   first_failure.message()));
+  absl::Status failure(first_failure.code(),
+                       absl::StrCat(not_stored, " of ", blocks.size(),
+                                    not_stored == 1 ? " block was" : " blocks were",
+                                    " not stored; first: ", first_failure.message()));
   if (!g.json) {
     Emit(g, o);
     return failure;
@@ -477,8 +475,8 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
   // Over several servers, the figures are sums over the nodes that answered: say which did not.
   std::vector<std::string> unanswered;
   for (const auto& [node, status] : s.unanswered_nodes) {
-    std::cerr << "turbokv: warning: node " << node << " did not answer ("
-              << status.ToString() << "); the figures leave it out\n";
+    std::cerr << "turbokv: warning: node " << node << " did not answer (" << status.ToString()
+              << "); the figures leave it out\n";
     unanswered.push_back(JsonObject().Add("node", node).Add("error", status.ToString()).Dump());
   }
   if (!unanswered.empty()) o.AddRawArray("unanswered_nodes", unanswered);
@@ -613,7 +611,8 @@ void AddNamespaceCommands(CLI::App& app, Action* action) {
   CLI::App* list = ns->add_subcommand(
       "list", "list the registered namespaces (shape, TTL, blocks, bytes, codec)");
   list->callback([action] { *action = RunNsList; });
-  CLI::App* drop = ns->add_subcommand("drop", "delete a namespace and all its blocks (on every node)");
+  CLI::App* drop =
+      ns->add_subcommand("drop", "delete a namespace and all its blocks (on every node)");
   auto d = std::make_shared<DropArgs>();
   drop->add_option("--namespace", d->ns, "namespace id (16 hex digits)")->required();
   drop->callback([d, action] {

@@ -19,7 +19,7 @@ struct GlobalOptions {
   // HOST:PORT, a comma-separated list of them, or dns:///NAME:PORT (rendezvous.h); blocks are
   // placed on the nodes by rendezvous hashing (sharded_client.h).
   std::string server = "127.0.0.1:50051";
-  int replicas = 1;             // copies of each block (--replicas)
+  int replicas = 1;  // copies of each block (--replicas)
   // Blocks of a chain placed together (--segment-blocks, rendezvous.h).
   int segment_blocks = client::kDefaultSegmentBlocks;
   bool json = false;            // one JSON object per command on stdout

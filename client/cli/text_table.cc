@@ -10,7 +10,7 @@ namespace turbokv::cli {
 
 void TextTable::AddRow(std::vector<std::string> cells) {
   cells.resize(columns_.size());
-  for (std::string& cell : cells) {
+  for (std::string &cell : cells) {
     // Control bytes as \xNN: a name another tenant registered cannot move the cursor or
     // recolour the terminal of whoever lists it.
     if (std::none_of(cell.begin(), cell.end(), [](char ch) {

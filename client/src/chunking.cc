@@ -89,8 +89,7 @@ absl::Status BlockAssembler::AddChunk(uint32_t index, uint64_t block_bytes, uint
 }
 
 absl::Status BlockAssembler::AddChunk(uint32_t index, uint64_t block_bytes, uint64_t offset,
-                                      absl::Span<const absl::string_view> pieces,
-                                      uint64_t size) {
+                                      absl::Span<const absl::string_view> pieces, uint64_t size) {
   if (absl::Status st = Check(index, block_bytes, offset, size); !st.ok()) return st;
   Slot& s = slots_[index];
   if (s.state == State::kPending) {

@@ -18,9 +18,9 @@
 #include "absl/strings/str_format.h"
 #include "chunking.h"
 #include "convert.h"
-#include "wire_format.h"
 #include "turbokv/codec/status_macros.h"
 #include "turbokv/v1/turbokv.grpc.pb.h"
+#include "wire_format.h"
 
 namespace turbokv::client {
 
@@ -179,7 +179,7 @@ struct Client::Impl {
   };
 
   ClientOptions options;
-  std::string authorization;  // "Bearer <token>", or empty
+  std::string authorization;            // "Bearer <token>", or empty
   std::vector<Connection> connections;  // options.connections of them
   mutable std::atomic<size_t> next_connection{0};
 
@@ -265,13 +265,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
     c.channel = grpc::CreateCustomChannel(target, credentials, args);
     c.stub = v1::TurboKV::NewStub(c.channel);
     c.get_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
-        "/turbokv.v1.TurboKV/GetBlocks", grpc::internal::RpcMethod::SERVER_STREAMING,
-        c.channel);
+        "/turbokv.v1.TurboKV/GetBlocks", grpc::internal::RpcMethod::SERVER_STREAMING, c.channel);
     c.lookup_raw = std::make_unique<grpc::internal::RpcMethod>(
         "/turbokv.v1.TurboKV/Lookup", grpc::internal::RpcMethod::NORMAL_RPC, c.channel);
     c.put_blocks_raw = std::make_unique<grpc::internal::RpcMethod>(
-        "/turbokv.v1.TurboKV/PutBlocks", grpc::internal::RpcMethod::CLIENT_STREAMING,
-        c.channel);
+        "/turbokv.v1.TurboKV/PutBlocks", grpc::internal::RpcMethod::CLIENT_STREAMING, c.channel);
   }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
@@ -296,8 +294,8 @@ absl::StatusOr<NamespaceInfo> Client::DoRegisterNamespace(const NamespaceDescrip
 
 absl::StatusOr<std::vector<BlockPutResult>> Client::DoPutBlocks(
     uint64_t namespace_id, absl::Span<const std::string> hashes,
-    absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding,
-    const CallOptions& call, const ChainContext& /*chain*/) const {
+    absl::Span<const absl::Span<const uint8_t>> blocks, Encoding encoding, const CallOptions& call,
+    const ChainContext& /*chain*/) const {
   if (hashes.size() != blocks.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("PutBlocks got ", hashes.size(), " hashes but ", blocks.size(), " blocks"));
@@ -357,10 +355,12 @@ absl::StatusOr<std::vector<BlockPutResult>> Client::DoPutBlocks(
   return out;
 }
 
-absl::StatusOr<LookupResult> Client::DoLookup(uint64_t namespace_id, absl::Span<const std::string> hashes,
+absl::StatusOr<LookupResult> Client::DoLookup(uint64_t namespace_id,
+                                              absl::Span<const std::string> hashes,
                                               uint32_t lease_seconds, const CallOptions& call,
                                               const ChainContext& /*chain*/) const {
-  const grpc::ByteBuffer req = internal::SerializeLookupRequest(namespace_id, hashes, lease_seconds);
+  const grpc::ByteBuffer req =
+      internal::SerializeLookupRequest(namespace_id, hashes, lease_seconds);
   v1::LookupResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
     const Impl::Connection& conn = impl_->Pick();
@@ -430,8 +430,8 @@ absl::StatusOr<GetBlocksResult> Client::DoGetBlocks(uint64_t namespace_id,
           break;
         }
       }
-      stream_error = assembler.AddChunk(resp.index, resp.block_bytes, resp.offset, resp.data,
-                                        resp.data_size);
+      stream_error =
+          assembler.AddChunk(resp.index, resp.block_bytes, resp.offset, resp.data, resp.data_size);
     }
     if (!stream_error.ok()) {
       ctx->TryCancel();

@@ -358,9 +358,10 @@ absl::StatusOr<std::vector<BlockPutResult>> ShardedClient::DoPutBlocks(
 }
 
 absl::StatusOr<LookupResult> ShardedClient::DoLookup(uint64_t namespace_id,
-                                                   absl::Span<const std::string> hashes,
-                                                   uint32_t lease_seconds, const CallOptions& call,
-                                                   const ChainContext& chain) const {
+                                                     absl::Span<const std::string> hashes,
+                                                     uint32_t lease_seconds,
+                                                     const CallOptions& call,
+                                                     const ChainContext& chain) const {
   auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
   std::vector<std::string>& nodes = snapshot.first;
   std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
@@ -458,10 +459,10 @@ absl::StatusOr<LookupResult> ShardedClient::DoLookup(uint64_t namespace_id,
 }
 
 absl::StatusOr<GetBlocksResult> ShardedClient::DoGetBlocks(uint64_t namespace_id,
-                                                         absl::Span<const std::string> hashes,
-                                                         const GetOptions& get,
-                                                         const CallOptions& call,
-                                                         const ChainContext& chain) const {
+                                                           absl::Span<const std::string> hashes,
+                                                           const GetOptions& get,
+                                                           const CallOptions& call,
+                                                           const ChainContext& chain) const {
   auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
   std::vector<std::string>& nodes = snapshot.first;
   std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
@@ -525,9 +526,9 @@ absl::StatusOr<GetBlocksResult> ShardedClient::DoGetBlocks(uint64_t namespace_id
 }
 
 absl::StatusOr<uint32_t> ShardedClient::DoDeleteBlocks(uint64_t namespace_id,
-                                                     absl::Span<const std::string> hashes,
-                                                     const CallOptions& call,
-                                                     const ChainContext& chain) const {
+                                                       absl::Span<const std::string> hashes,
+                                                       const CallOptions& call,
+                                                       const ChainContext& chain) const {
   auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
   std::vector<std::string>& nodes = snapshot.first;
   std::vector<std::shared_ptr<Client>>& clients = snapshot.second;
@@ -560,7 +561,7 @@ absl::StatusOr<uint32_t> ShardedClient::DoDeleteBlocks(uint64_t namespace_id,
 }
 
 absl::StatusOr<uint64_t> ShardedClient::DoDropNamespace(uint64_t namespace_id,
-                                                      const CallOptions& call) const {
+                                                        const CallOptions& call) const {
   auto snapshot = impl_->Snapshot();  // named members: lambdas below capture them
   std::vector<std::string>& nodes = snapshot.first;
   std::vector<std::shared_ptr<Client>>& clients = snapshot.second;

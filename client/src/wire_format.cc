@@ -17,12 +17,12 @@
 namespace turbokv::client::internal {
 namespace {
 
+using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::ArrayInputStream;
 using google::protobuf::io::CodedInputStream;
 using google::protobuf::io::CodedOutputStream;
 using google::protobuf::io::ConcatenatingInputStream;
 using google::protobuf::io::ZeroCopyInputStream;
-using google::protobuf::internal::WireFormatLite;
 using Response = v1::GetBlocksResponse;
 using Lookup = v1::LookupRequest;
 
@@ -67,12 +67,24 @@ absl::Status ParseGetBlocksResponse(absl::Span<const absl::string_view> pieces, 
       case Tag(Response::kOffsetFieldNumber, kVarint):
         if (!in.ReadVarint64(&v)) return Malformed("truncated varint");
         switch (WireFormatLite::GetTagFieldNumber(tag)) {
-          case Response::kIndexFieldNumber: out->index = static_cast<uint32_t>(v); break;
-          case Response::kFoundFieldNumber: out->found = v != 0; break;
-          case Response::kEncodingFieldNumber: out->encoding = static_cast<int>(v); break;
-          case Response::kDtypeFieldNumber: out->dtype = static_cast<int>(v); break;
-          case Response::kBlockBytesFieldNumber: out->block_bytes = v; break;
-          default: out->offset = v; break;
+          case Response::kIndexFieldNumber:
+            out->index = static_cast<uint32_t>(v);
+            break;
+          case Response::kFoundFieldNumber:
+            out->found = v != 0;
+            break;
+          case Response::kEncodingFieldNumber:
+            out->encoding = static_cast<int>(v);
+            break;
+          case Response::kDtypeFieldNumber:
+            out->dtype = static_cast<int>(v);
+            break;
+          case Response::kBlockBytesFieldNumber:
+            out->block_bytes = v;
+            break;
+          default:
+            out->offset = v;
+            break;
         }
         break;
       case Tag(Response::kDataFieldNumber, kBytes): {
@@ -121,8 +133,7 @@ grpc::ByteBuffer SerializeWithData(const google::protobuf::MessageLite& fields, 
   return grpc::ByteBuffer(&out, 1);
 }
 
-grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id,
-                                        absl::Span<const std::string> hashes,
+grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id, absl::Span<const std::string> hashes,
                                         uint32_t lease_seconds) {
   // Sized as protobuf sizes the message (proto3 leaves zero scalars off the wire), then
   // written with its primitives in field order, straight into the slice.

@@ -23,13 +23,20 @@ namespace {
 cudaError_t LaunchGroups(const GroupLaunch& a, bool encode, int max_ctas, cudaStream_t stream) {
   if (LaunchTiles(a) == 0) return cudaSuccess;
   switch (a.group_size) {
-    case 8: return LaunchGroupsForG<8>(a, encode, max_ctas, stream);
-    case 16: return LaunchGroupsForG<16>(a, encode, max_ctas, stream);
-    case 32: return LaunchGroupsForG<32>(a, encode, max_ctas, stream);
-    case 64: return LaunchGroupsForG<64>(a, encode, max_ctas, stream);
-    case 128: return LaunchGroupsForG<128>(a, encode, max_ctas, stream);
-    case 256: return LaunchGroupsForG<256>(a, encode, max_ctas, stream);
-    default: return cudaErrorInvalidValue;
+    case 8:
+      return LaunchGroupsForG<8>(a, encode, max_ctas, stream);
+    case 16:
+      return LaunchGroupsForG<16>(a, encode, max_ctas, stream);
+    case 32:
+      return LaunchGroupsForG<32>(a, encode, max_ctas, stream);
+    case 64:
+      return LaunchGroupsForG<64>(a, encode, max_ctas, stream);
+    case 128:
+      return LaunchGroupsForG<128>(a, encode, max_ctas, stream);
+    case 256:
+      return LaunchGroupsForG<256>(a, encode, max_ctas, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -55,7 +62,8 @@ cudaError_t LaunchDecodeGroups(const GroupLaunch& a, int max_ctas, cudaStream_t 
 cudaError_t LaunchDecodePlain(const PlainLaunch& a, int max_ctas, cudaStream_t stream) {
   const uint64_t items = PlainItems(a);
   if (items == 0) return cudaSuccess;
-  const uint64_t ctas = std::min<uint64_t>((items + 255) / 256, static_cast<uint64_t>(std::max(1, max_ctas)));
+  const uint64_t ctas =
+      std::min<uint64_t>((items + 255) / 256, static_cast<uint64_t>(std::max(1, max_ctas)));
   DecodePlainKernel<<<static_cast<unsigned>(ctas), 256, 0, stream>>>(a);
   return cudaGetLastError();
 }

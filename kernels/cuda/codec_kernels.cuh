@@ -26,7 +26,8 @@ struct SharedCodebook {
     for (int i = threadIdx.x; i < (1 << kBits) + 1; i += blockDim.x) {
       thresholds[i] = global.thresholds_padded[i];
     }
-    for (int i = threadIdx.x; i < global.buckets; i += blockDim.x) bucket_base[i] = global.bucket_base[i];
+    for (int i = threadIdx.x; i < global.buckets; i += blockDim.x)
+      bucket_base[i] = global.bucket_base[i];
     __syncthreads();
     CodebookTables t = global;
     t.levels = levels;
@@ -76,7 +77,8 @@ __global__ void __launch_bounds__(kCodecCtaThreads) DecodeGroupsKernel(GroupLaun
 
 inline unsigned GridFor(uint64_t tiles, int max_ctas) {
   const uint64_t ctas = (tiles + kCodecCtaWarps - 1) / kCodecCtaWarps;
-  return static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(ctas, static_cast<uint64_t>(max_ctas))));
+  return static_cast<unsigned>(
+      std::max<uint64_t>(1, std::min<uint64_t>(ctas, static_cast<uint64_t>(max_ctas))));
 }
 
 // The (bits, qjl) switch for one group size; defined in codec_kernels_g<kG>.cu.
@@ -102,30 +104,45 @@ struct GroupLauncher {
   }
   cudaError_t Run() const {
     switch (a.bits * 2 + (a.qjl ? 1 : 0)) {
-      case 2: return Launch<1, false>();
-      case 3: return Launch<1, true>();
-      case 4: return Launch<2, false>();
-      case 5: return Launch<2, true>();
-      case 6: return Launch<3, false>();
-      case 7: return Launch<3, true>();
-      case 8: return Launch<4, false>();
-      case 9: return Launch<4, true>();
-      case 10: return Launch<5, false>();
-      case 11: return Launch<5, true>();
-      case 12: return Launch<6, false>();
-      case 13: return Launch<6, true>();
-      case 16: return Launch<8, false>();
-      case 17: return Launch<8, true>();
-      default: return cudaErrorInvalidValue;
+      case 2:
+        return Launch<1, false>();
+      case 3:
+        return Launch<1, true>();
+      case 4:
+        return Launch<2, false>();
+      case 5:
+        return Launch<2, true>();
+      case 6:
+        return Launch<3, false>();
+      case 7:
+        return Launch<3, true>();
+      case 8:
+        return Launch<4, false>();
+      case 9:
+        return Launch<4, true>();
+      case 10:
+        return Launch<5, false>();
+      case 11:
+        return Launch<5, true>();
+      case 12:
+        return Launch<6, false>();
+      case 13:
+        return Launch<6, true>();
+      case 16:
+        return Launch<8, false>();
+      case 17:
+        return Launch<8, true>();
+      default:
+        return cudaErrorInvalidValue;
     }
   }
 };
 
-#define TURBOKV_DEFINE_GROUP_LAUNCHER(G)                                                      \
-  template <>                                                                                 \
-  cudaError_t LaunchGroupsForG<G>(const GroupLaunch& a, bool encode, int max_ctas,            \
-                                  cudaStream_t stream) {                                      \
-    return GroupLauncher<G>{a, encode, max_ctas, stream}.Run();                               \
+#define TURBOKV_DEFINE_GROUP_LAUNCHER(G)                                           \
+  template <>                                                                      \
+  cudaError_t LaunchGroupsForG<G>(const GroupLaunch& a, bool encode, int max_ctas, \
+                                  cudaStream_t stream) {                           \
+    return GroupLauncher<G>{a, encode, max_ctas, stream}.Run();                    \
   }
 
 }  // namespace turbokv::codec::internal

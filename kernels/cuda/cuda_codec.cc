@@ -36,10 +36,11 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // not sticky: clear it
-    return absl::ResourceExhaustedError(absl::StrCat("CUDA ", what, ": out of device or pinned memory"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("CUDA ", what, ": out of device or pinned memory"));
   }
-  return absl::InternalError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorName(e), " (",
-                                          cudaGetErrorString(e), ")"));
+  return absl::InternalError(
+      absl::StrCat("CUDA ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
 #define TURBOKV_CUDA_RETURN_IF_ERROR(expr, what) TURBOKV_RETURN_IF_ERROR(CudaStatus((expr), what))
@@ -145,13 +146,14 @@ class CudaCodecImpl final : public CudaCodec {
   bool healthy() const override { return healthy_.load(); }
   double last_kernel_seconds() const override { return last_kernel_seconds_.load(); }
 
-  absl::Status EncodeBatch(const BlockCodec& codec, absl::Span<const absl::Span<const uint8_t>> raws,
+  absl::Status EncodeBatch(const BlockCodec& codec,
+                           absl::Span<const absl::Span<const uint8_t>> raws,
                            absl::Span<const absl::Span<uint8_t>> packeds,
                            absl::Span<absl::Status> block_status) override {
     if (raws.size() != packeds.size() || block_status.size() != raws.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("EncodeBatch got ", raws.size(), " raw blocks, ",
-                                                     packeds.size(), " outputs and ",
-                                                     block_status.size(), " status slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("EncodeBatch got ", raws.size(), " raw blocks, ", packeds.size(),
+                       " outputs and ", block_status.size(), " status slots"));
     }
     // Blocks of the wrong size fail alone (the CPU codec's message); the rest go to the device.
     std::vector<size_t> todo;
@@ -171,19 +173,21 @@ class CudaCodecImpl final : public CudaCodec {
     return Guard(RunEncode(codec, raws, packeds, block_status, todo));
   }
 
-  absl::Status DecodeBatch(const BlockCodec& codec, absl::Span<const absl::Span<const uint8_t>> packeds,
-                           DType out_dtype, LayerRange range, absl::Span<const absl::Span<uint8_t>> outs,
+  absl::Status DecodeBatch(const BlockCodec& codec,
+                           absl::Span<const absl::Span<const uint8_t>> packeds, DType out_dtype,
+                           LayerRange range, absl::Span<const absl::Span<uint8_t>> outs,
                            absl::Span<absl::Status> block_status) override {
     if (packeds.size() != outs.size() || block_status.size() != packeds.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("DecodeBatch got ", packeds.size(), " packed blocks, ",
-                                                     outs.size(), " outputs and ", block_status.size(),
-                                                     " status slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("DecodeBatch got ", packeds.size(), " packed blocks, ", outs.size(),
+                       " outputs and ", block_status.size(), " status slots"));
     }
     TURBOKV_ASSIGN_OR_RETURN(const size_t out_bytes, codec.DecodedBytes(out_dtype, range));
     std::vector<size_t> todo;
     for (size_t i = 0; i < packeds.size(); ++i) {
-      block_status[i] = outs[i].size() == out_bytes ? CheckPacked(codec, packeds[i])
-                                                    : codec.Decode(packeds[i], out_dtype, range, outs[i]);
+      block_status[i] = outs[i].size() == out_bytes
+                            ? CheckPacked(codec, packeds[i])
+                            : codec.Decode(packeds[i], out_dtype, range, outs[i]);
       if (block_status[i].ok()) todo.push_back(i);
     }
     if (todo.empty()) return absl::OkStatus();
@@ -191,14 +195,16 @@ class CudaCodecImpl final : public CudaCodec {
       for (size_t i : todo) block_status[i] = codec.Decode(packeds[i], out_dtype, range, outs[i]);
       return absl::OkStatus();
     }
-    return Guard(RunDecode(codec, packeds, out_dtype, range, todo, out_bytes,
-                           [&](size_t i, const uint8_t* host) { std::memcpy(outs[i].data(), host, out_bytes); },
-                           nullptr, nullptr));
+    return Guard(RunDecode(
+        codec, packeds, out_dtype, range, todo, out_bytes,
+        [&](size_t i, const uint8_t* host) { std::memcpy(outs[i].data(), host, out_bytes); },
+        nullptr, nullptr));
   }
 
-  absl::Status DecodeToDevice(const BlockCodec& codec, absl::Span<const absl::Span<const uint8_t>> packeds,
-                              DType out_dtype, LayerRange range, void* out_device, size_t out_bytes,
-                              void* stream, absl::Span<absl::Status> block_status) override {
+  absl::Status DecodeToDevice(const BlockCodec& codec,
+                              absl::Span<const absl::Span<const uint8_t>> packeds, DType out_dtype,
+                              LayerRange range, void* out_device, size_t out_bytes, void* stream,
+                              absl::Span<absl::Status> block_status) override {
     TURBOKV_ASSIGN_OR_RETURN(const size_t block_out, codec.DecodedBytes(out_dtype, range));
     if (block_status.size() != packeds.size()) {
       return absl::InvalidArgumentError("DecodeToDevice needs one status slot per packed block");
@@ -251,7 +257,8 @@ class CudaCodecImpl final : public CudaCodec {
   // decoder's error.
   static absl::Status CheckPacked(const BlockCodec& codec, absl::Span<const uint8_t> packed) {
     const absl::Span<const uint8_t> h = codec.header();
-    if (packed.size() == codec.packed_bytes() && std::memcmp(packed.data(), h.data(), h.size()) == 0) {
+    if (packed.size() == codec.packed_bytes() &&
+        std::memcmp(packed.data(), h.data(), h.size()) == 0) {
       return absl::OkStatus();
     }
     std::vector<uint8_t> sink(*codec.DecodedBytes(DType::kFloat16, {0, 1}));
@@ -299,8 +306,9 @@ class CudaCodecImpl final : public CudaCodec {
     TURBOKV_RETURN_IF_ERROR(plan->blob.Reserve(plan->plan.blob.size()));
     const uintptr_t base = reinterpret_cast<uintptr_t>(plan->blob.data());
     const std::vector<uint8_t> blob = internal::MaterializeBlob(plan->plan, codec, base);
-    TURBOKV_CUDA_RETURN_IF_ERROR(cudaMemcpy(plan->blob.data(), blob.data(), blob.size(), cudaMemcpyHostToDevice),
-                                 "cudaMemcpy (codec constants)");
+    TURBOKV_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(plan->blob.data(), blob.data(), blob.size(), cudaMemcpyHostToDevice),
+        "cudaMemcpy (codec constants)");
     plan->encode = internal::MakeLaunches(plan->plan, codec, base, 0, codec.shape().num_layers, 0,
                                           codec.shape().dtype);
     for (GroupLaunch& a : plan->encode) {
@@ -329,8 +337,9 @@ class CudaCodecImpl final : public CudaCodec {
     const std::vector<uint8_t> bytes = internal::MakeCodebookBlob(*cb, &tables);
     auto buffer = std::make_unique<DeviceBuffer>();
     TURBOKV_RETURN_IF_ERROR(buffer->Reserve(bytes.size()));
-    TURBOKV_CUDA_RETURN_IF_ERROR(cudaMemcpy(buffer->data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
-                                 "cudaMemcpy (codebook)");
+    TURBOKV_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buffer->data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+        "cudaMemcpy (codebook)");
     tables = internal::RebaseCodebook(tables, reinterpret_cast<uintptr_t>(buffer->data()));
     codebooks_[key] = {std::move(buffer), tables};
     return tables;
@@ -338,7 +347,8 @@ class CudaCodecImpl final : public CudaCodec {
 
   static double Elapsed(const Lane& l) {
     float ms = 0;
-    return cudaEventElapsedTime(&ms, l.kernels_begin, l.kernels_end) == cudaSuccess ? ms / 1e3 : 0.0;
+    return cudaEventElapsedTime(&ms, l.kernels_begin, l.kernels_end) == cudaSuccess ? ms / 1e3
+                                                                                    : 0.0;
   }
 
   // The two-lane pipeline of RunEncode and RunDecode: n blocks in chunks of per_chunk, chunk c
@@ -348,7 +358,8 @@ class CudaCodecImpl final : public CudaCodec {
   // its chunk. After an error the lanes still in flight are waited for, not collected: their
   // buffers must be idle before the slot is reused.
   template <class Enqueue, class Finish>
-  static absl::Status RunChunks(Slot& slot, size_t n, size_t per_chunk, Enqueue&& enqueue, Finish&& finish) {
+  static absl::Status RunChunks(Slot& slot, size_t n, size_t per_chunk, Enqueue&& enqueue,
+                                Finish&& finish) {
     absl::Status status;
     size_t chunk = 0;
     for (size_t first = 0; first < n && status.ok(); first += per_chunk, ++chunk) {
@@ -373,8 +384,8 @@ class CudaCodecImpl final : public CudaCodec {
 
   // Encode: chunk c of `todo` on lane c % 2; the host stages chunk c + 1 while chunk c runs.
   absl::Status RunEncode(const BlockCodec& codec, absl::Span<const absl::Span<const uint8_t>> raws,
-                         absl::Span<const absl::Span<uint8_t>> packeds, absl::Span<absl::Status> block_status,
-                         const std::vector<size_t>& todo) {
+                         absl::Span<const absl::Span<uint8_t>> packeds,
+                         absl::Span<absl::Status> block_status, const std::vector<size_t>& todo) {
     TURBOKV_RETURN_IF_ERROR(CheckHealthy());
     TURBOKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device), "cudaSetDevice");
     TURBOKV_ASSIGN_OR_RETURN(std::shared_ptr<DevicePlan> plan, PlanFor(codec));
@@ -387,7 +398,8 @@ class CudaCodecImpl final : public CudaCodec {
     auto finish = [&](Lane& lane) -> absl::Status {
       TURBOKV_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(lane.done), "encode");
       kernel_seconds += Elapsed(lane);
-      const uint32_t* errors = reinterpret_cast<const uint32_t*>(lane.host_out.data() + lane.count * aligned_bytes);
+      const uint32_t* errors =
+          reinterpret_cast<const uint32_t*>(lane.host_out.data() + lane.count * aligned_bytes);
       for (size_t j = 0; j < lane.count; ++j) {
         const size_t i = todo[lane.first + j];
         if (errors[j] != 0) {
@@ -396,7 +408,8 @@ class CudaCodecImpl final : public CudaCodec {
           block_status[i] = codec.Encode(raws[i], packeds[i], CpuIsa::kScalar);
           continue;
         }
-        internal::AlignedToPacked(plan->plan, lane.host_out.data() + j * aligned_bytes, packeds[i].data());
+        internal::AlignedToPacked(plan->plan, lane.host_out.data() + j * aligned_bytes,
+                                  packeds[i].data());
         block_status[i] = internal::FinishPackedBlock(codec, raws[i], packeds[i]);
       }
       lane.busy = false;
@@ -413,9 +426,10 @@ class CudaCodecImpl final : public CudaCodec {
     return status;
   }
 
-  absl::Status EnqueueEncode(const DevicePlan& plan, absl::Span<const absl::Span<const uint8_t>> raws,
-                             const std::vector<size_t>& todo, size_t first, size_t count, size_t raw_bytes,
-                             size_t aligned_bytes, Lane& lane) {
+  absl::Status EnqueueEncode(const DevicePlan& plan,
+                             absl::Span<const absl::Span<const uint8_t>> raws,
+                             const std::vector<size_t>& todo, size_t first, size_t count,
+                             size_t raw_bytes, size_t aligned_bytes, Lane& lane) {
     TURBOKV_RETURN_IF_ERROR(lane.host_in.Reserve(count * raw_bytes));
     TURBOKV_RETURN_IF_ERROR(lane.host_out.Reserve(count * (aligned_bytes + sizeof(uint32_t))));
     TURBOKV_RETURN_IF_ERROR(lane.dev_in.Reserve(count * raw_bytes));
@@ -425,27 +439,30 @@ class CudaCodecImpl final : public CudaCodec {
       std::memcpy(lane.host_in.data() + j * raw_bytes, raws[todo[first + j]].data(), raw_bytes);
     }
     const cudaStream_t s = lane.stream;
-    TURBOKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.dev_in.data(), lane.host_in.data(), count * raw_bytes,
-                                                 cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (raw blocks)");
-    TURBOKV_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(lane.dev_errors.data(), 0, count * sizeof(uint32_t), s),
-                                 "cudaMemsetAsync");
+    TURBOKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.dev_in.data(), lane.host_in.data(),
+                                                 count * raw_bytes, cudaMemcpyHostToDevice, s),
+                                 "cudaMemcpyAsync (raw blocks)");
+    TURBOKV_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(lane.dev_errors.data(), 0, count * sizeof(uint32_t), s), "cudaMemsetAsync");
     TURBOKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.kernels_begin, s), "cudaEventRecord");
     for (GroupLaunch a : plan.encode) {
       a.blocks = static_cast<uint32_t>(count);
       a.values = lane.dev_in.data();
       a.aligned = lane.dev_out.data();
       a.errors = reinterpret_cast<uint32_t*>(lane.dev_errors.data());
-      TURBOKV_CUDA_RETURN_IF_ERROR(internal::LaunchEncodeGroups(a, max_ctas_, s), "encode kernel launch");
+      TURBOKV_CUDA_RETURN_IF_ERROR(internal::LaunchEncodeGroups(a, max_ctas_, s),
+                                   "encode kernel launch");
     }
     TURBOKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.kernels_end, s), "cudaEventRecord");
     // Only the quantized parts come back (they lead every aligned block).
-    TURBOKV_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(lane.host_out.data(), aligned_bytes, lane.dev_out.data(),
-                                                   aligned_bytes, plan.plan.quantized_bytes, count,
-                                                   cudaMemcpyDeviceToHost, s),
-                                 "cudaMemcpy2DAsync (packed parts)");
-    TURBOKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.host_out.data() + count * aligned_bytes, lane.dev_errors.data(),
-                                                 count * sizeof(uint32_t), cudaMemcpyDeviceToHost, s),
-                                 "cudaMemcpyAsync (error flags)");
+    TURBOKV_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy2DAsync(lane.host_out.data(), aligned_bytes, lane.dev_out.data(), aligned_bytes,
+                          plan.plan.quantized_bytes, count, cudaMemcpyDeviceToHost, s),
+        "cudaMemcpy2DAsync (packed parts)");
+    TURBOKV_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(lane.host_out.data() + count * aligned_bytes, lane.dev_errors.data(),
+                        count * sizeof(uint32_t), cudaMemcpyDeviceToHost, s),
+        "cudaMemcpyAsync (error flags)");
     TURBOKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.done, s), "cudaEventRecord");
     lane.first = first;
     lane.count = count;
@@ -457,8 +474,9 @@ class CudaCodecImpl final : public CudaCodec {
   // block i's decoded values out of the pinned buffer. Device output (`device_out`): the
   // kernels write there directly, on `user_stream`; failed blocks (block_status) decode zeros.
   template <class Deliver>
-  absl::Status RunDecode(const BlockCodec& codec, absl::Span<const absl::Span<const uint8_t>> packeds,
-                         DType out_dtype, LayerRange range, const std::vector<size_t>& todo, size_t out_bytes,
+  absl::Status RunDecode(const BlockCodec& codec,
+                         absl::Span<const absl::Span<const uint8_t>> packeds, DType out_dtype,
+                         LayerRange range, const std::vector<size_t>& todo, size_t out_bytes,
                          Deliver deliver, uint8_t* device_out, cudaStream_t user_stream,
                          absl::Span<absl::Status> block_status = {}) {
     TURBOKV_RETURN_IF_ERROR(CheckHealthy());
@@ -472,9 +490,11 @@ class CudaCodecImpl final : public CudaCodec {
     for (GroupLaunch& a : launches) {
       TURBOKV_ASSIGN_OR_RETURN(a.codebook, CodebookFor(a.group_size, a.bits));
     }
-    const PlainLaunch plain = internal::MakePlainLaunch(plan->plan, codec, base, range.begin, end, 0, out_dtype);
+    const PlainLaunch plain =
+        internal::MakePlainLaunch(plan->plan, codec, base, range.begin, end, 0, out_dtype);
     const size_t aligned_bytes = plan->plan.aligned_block_bytes;
-    const size_t per_chunk = std::max<size_t>(1, options_.chunk_bytes / std::max(out_bytes, codec.packed_bytes()));
+    const size_t per_chunk =
+        std::max<size_t>(1, options_.chunk_bytes / std::max(out_bytes, codec.packed_bytes()));
     const bool to_device = device_out != nullptr;
     double kernel_seconds = 0;
 
@@ -512,9 +532,11 @@ class CudaCodecImpl final : public CudaCodec {
       // lane's event still tells when its staging buffer is free again.
       const cudaStream_t s = to_device ? user_stream : lane.stream;
       uint8_t* values = to_device ? device_out + todo[first] * out_bytes : lane.dev_out.data();
-      status = CudaStatus(cudaMemcpyAsync(lane.dev_in.data(), lane.host_in.data(), count * aligned_bytes,
-                                          cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (packed blocks)");
-      if (status.ok()) status = CudaStatus(cudaEventRecord(lane.kernels_begin, s), "cudaEventRecord");
+      status = CudaStatus(cudaMemcpyAsync(lane.dev_in.data(), lane.host_in.data(),
+                                          count * aligned_bytes, cudaMemcpyHostToDevice, s),
+                          "cudaMemcpyAsync (packed blocks)");
+      if (status.ok())
+        status = CudaStatus(cudaEventRecord(lane.kernels_begin, s), "cudaEventRecord");
       for (GroupLaunch a : launches) {
         if (!status.ok()) break;
         a.blocks = static_cast<uint32_t>(count);
@@ -527,12 +549,14 @@ class CudaCodecImpl final : public CudaCodec {
         p.blocks = static_cast<uint32_t>(count);
         p.values = values;
         p.aligned = lane.dev_in.data();
-        status = CudaStatus(internal::LaunchDecodePlain(p, max_ctas_, s), "plain decode kernel launch");
+        status =
+            CudaStatus(internal::LaunchDecodePlain(p, max_ctas_, s), "plain decode kernel launch");
       }
       if (status.ok()) status = CudaStatus(cudaEventRecord(lane.kernels_end, s), "cudaEventRecord");
       if (status.ok() && !to_device) {
         status = CudaStatus(cudaMemcpyAsync(lane.host_out.data(), values, count * out_bytes,
-                                            cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (decoded blocks)");
+                                            cudaMemcpyDeviceToHost, s),
+                            "cudaMemcpyAsync (decoded blocks)");
       }
       if (status.ok()) status = CudaStatus(cudaEventRecord(lane.done, s), "cudaEventRecord");
       lane.first = first;
@@ -554,7 +578,9 @@ class CudaCodecImpl final : public CudaCodec {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<Slot*> free_slots_;
   std::list<std::string> lru_;
-  std::unordered_map<std::string, std::pair<std::shared_ptr<DevicePlan>, std::list<std::string>::iterator>> plans_;
+  std::unordered_map<std::string,
+                     std::pair<std::shared_ptr<DevicePlan>, std::list<std::string>::iterator>>
+      plans_;
   std::string first_error_;
   std::atomic<bool> healthy_{true};
 
@@ -569,24 +595,29 @@ class CudaCodecImpl final : public CudaCodec {
 bool CudaBuilt() { return true; }
 
 absl::StatusOr<std::unique_ptr<CudaCodec>> CudaCodec::Create(const CudaCodecOptions& options) {
-  if (options.max_concurrent_calls < 1 || options.chunk_bytes == 0 || options.max_cached_codecs < 1) {
+  if (options.max_concurrent_calls < 1 || options.chunk_bytes == 0 ||
+      options.max_cached_codecs < 1) {
     return absl::InvalidArgumentError(
-        "CudaCodecOptions: max_concurrent_calls, chunk_bytes and max_cached_codecs must be positive");
+        "CudaCodecOptions: max_concurrent_calls, chunk_bytes and max_cached_codecs must be "
+        "positive");
   }
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "no CUDA device is usable: ", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices found"));
+    return absl::UnavailableError(
+        absl::StrCat("no CUDA device is usable: ",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "0 devices found"));
   }
   if (options.device < 0 || options.device >= count) {
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA device ", options.device, " does not exist; ", count, " found"));
   }
   cudaDeviceProp prop;
-  TURBOKV_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties"));
+  TURBOKV_RETURN_IF_ERROR(
+      CudaStatus(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties"));
   auto codec = std::make_unique<CudaCodecImpl>(
-      options, absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")"), prop.multiProcessorCount);
+      options, absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")"),
+      prop.multiProcessorCount);
   TURBOKV_RETURN_IF_ERROR(codec->Init());
   return codec;
 }

@@ -23,10 +23,14 @@ CpuIsa DetectCpuIsa() {
 
 const char* CpuIsaName(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kAuto: return "auto";
-    case CpuIsa::kScalar: return "cpu-scalar";
-    case CpuIsa::kAvx2: return "cpu-avx2";
-    case CpuIsa::kAvx512: return "cpu-avx512";
+    case CpuIsa::kAuto:
+      return "auto";
+    case CpuIsa::kScalar:
+      return "cpu-scalar";
+    case CpuIsa::kAvx2:
+      return "cpu-avx2";
+    case CpuIsa::kAvx512:
+      return "cpu-avx512";
   }
   return "unknown";
 }
@@ -49,8 +53,8 @@ std::shared_ptr<const std::vector<float>> MakeQjlMatrix(uint64_t key, int g) {
   for (size_t e = 0; e < m->size(); ++e) {
     const double u1 = uniform(2 * e + 1);
     const double u2 = uniform(2 * e + 2);
-    (*m)[e] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                                 std::cos(6.283185307179586477 * u2));
+    (*m)[e] =
+        static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586477 * u2));
   }
   return m;
 }
@@ -77,7 +81,8 @@ absl::Status CheckIsa(CpuIsa isa) {
     return absl::InvalidArgumentError("cpu-avx2 was requested but this CPU lacks AVX2/FMA/F16C");
   }
   if (isa == CpuIsa::kAvx512 && !internal::Avx512Available()) {
-    return absl::InvalidArgumentError("cpu-avx512 was requested but this CPU lacks AVX-512 F/DQ/VL");
+    return absl::InvalidArgumentError(
+        "cpu-avx512 was requested but this CPU lacks AVX-512 F/DQ/VL");
   }
   return absl::OkStatus();
 }
@@ -144,11 +149,10 @@ absl::StatusOr<size_t> BlockCodec::DecodedBytes(DType out_dtype, LayerRange rang
 absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_t> packed,
                                 CpuIsa isa) const {
   if (raw.size() != raw_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("raw block is ", raw.size(),
-                                                   " bytes; expected ", raw_bytes(), " (",
-                                                   std::string(DTypeName(shape_.dtype)), " [", shape_.num_layers,
-                                                   "][2][", shape_.block_tokens, "][",
-                                                   shape_.num_kv_heads, "][", shape_.head_dim, "])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw block is ", raw.size(), " bytes; expected ", raw_bytes(), " (",
+                     std::string(DTypeName(shape_.dtype)), " [", shape_.num_layers, "][2][",
+                     shape_.block_tokens, "][", shape_.num_kv_heads, "][", shape_.head_dim, "])"));
   }
   TURBOKV_RETURN_IF_ERROR(EncodeSections(raw, 0, packed, isa));
   SealPacked(packed);
@@ -158,8 +162,8 @@ absl::Status BlockCodec::Encode(absl::Span<const uint8_t> raw, absl::Span<uint8_
 absl::Status BlockCodec::EncodeSections(absl::Span<const uint8_t> raw_sections, size_t first,
                                         absl::Span<uint8_t> packed, CpuIsa isa) const {
   if (packed.size() != packed_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat("packed buffer is ", packed.size(),
-                                                   " bytes; expected ", packed_bytes_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed buffer is ", packed.size(), " bytes; expected ", packed_bytes_));
   }
   const size_t section_raw = section_raw_bytes();
   if (raw_sections.size() % section_raw != 0 ||
@@ -170,15 +174,18 @@ absl::Status BlockCodec::EncodeSections(absl::Span<const uint8_t> raw_sections, 
   }
   TURBOKV_RETURN_IF_ERROR(CheckIsa(isa));
   const bool use_avx2 = isa != CpuIsa::kScalar && internal::Avx2Available();
-  const bool use_avx512 = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512) && internal::Avx512Available();
+  const bool use_avx512 =
+      (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512) && internal::Avx512Available();
   const size_t vectors = shape_.vectors_per_section();
   const size_t count = raw_sections.size() / section_raw;
   for (size_t s = first; s < first + count; ++s) {
     const SectionPlan& plan = plans_[s];
     const internal::GroupParams params = ParamsFor(plan, spec_.norm_correction);
-    SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype,
-                   plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data(),
-                   plan.codebook};
+    SectionJob job{
+        plan.codec,      params,
+        shape_.head_dim, vectors,
+        shape_.dtype,    plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data(),
+        plan.codebook};
     const uint8_t* src = raw_sections.data() + (s - first) * section_raw;
     uint8_t* dst = packed.data() + plan.offset;
     EncodeError err;
@@ -192,8 +199,9 @@ absl::Status BlockCodec::EncodeSections(absl::Span<const uint8_t> raw_sections, 
       const std::string where = absl::StrCat("layer ", layer, " ", s % 2 == 0 ? "K" : "V",
                                              " token ", token, " head ", head);
       if (err.kind == EncodeError::kNonFinite) {
-        return absl::InvalidArgumentError(absl::StrCat("non-finite value at ", where, " coordinate ",
-                                                       err.coordinate, "; KV values must be finite"));
+        return absl::InvalidArgumentError(absl::StrCat("non-finite value at ", where,
+                                                       " coordinate ", err.coordinate,
+                                                       "; KV values must be finite"));
       }
       if (plan.codec.bits == 16) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -202,9 +210,9 @@ absl::Status BlockCodec::EncodeSections(absl::Span<const uint8_t> raw_sections, 
             "magnitude) or keep them raw"));
       }
       // Wide scales (FORMAT.md) take any finite norm; only a degenerate reconstruction fails.
-      return absl::InvalidArgumentError(absl::StrCat(
-          "value too large at ", where, " group starting at coordinate ", err.coordinate,
-          ": not even its wide (bf16 x 2^72) scale is finite"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("value too large at ", where, " group starting at coordinate ",
+                       err.coordinate, ": not even its wide (bf16 x 2^72) scale is finite"));
     }
   }
   return absl::OkStatus();
@@ -248,7 +256,8 @@ absl::Status BlockCodec::Decode(absl::Span<const uint8_t> packed, DType out_dtyp
   }
   TURBOKV_RETURN_IF_ERROR(CheckIsa(isa));
   const bool use_avx2 = isa != CpuIsa::kScalar && internal::Avx2Available();
-  const bool use_avx512 = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512) && internal::Avx512Available();
+  const bool use_avx512 =
+      (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512) && internal::Avx512Available();
   const int end = range.end < 0 ? shape_.num_layers : range.end;
   const size_t vectors = shape_.vectors_per_section();
   const size_t section_out = vectors * shape_.head_dim * DTypeSize(out_dtype);
@@ -256,9 +265,11 @@ absl::Status BlockCodec::Decode(absl::Span<const uint8_t> packed, DType out_dtyp
     for (int kv = 0; kv < 2; ++kv) {
       const SectionPlan& plan = plans_[2 * l + kv];
       const internal::GroupParams params = ParamsFor(plan, spec_.norm_correction);
-      SectionJob job{plan.codec, params, shape_.head_dim, vectors, shape_.dtype,
-                     plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data(),
-                   plan.codebook};
+      SectionJob job{
+          plan.codec,      params,
+          shape_.head_dim, vectors,
+          shape_.dtype,    plan.lane_sign_masks.empty() ? nullptr : plan.lane_sign_masks.data(),
+          plan.codebook};
       const uint8_t* src = packed.data() + plan.offset;
       uint8_t* dst = out.data() + (static_cast<size_t>(l - range.begin) * 2 + kv) * section_out;
       if (!(use_avx2 && internal::DecodeSectionAvx2(job, src, out_dtype, dst, use_avx512))) {
@@ -317,14 +328,15 @@ absl::Status BlockCodec::ValidatePackedValues(absl::Span<const uint8_t> packed) 
         uint16_t h;
         std::memcpy(&h, section + at + 2 * i, 2);
         if (bad(h)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where(), " group ", i, ": ", what, " 0x", absl::Hex(h, absl::kZeroPad4), why));
+          return absl::InvalidArgumentError(absl::StrCat(where(), " group ", i, ": ", what, " 0x",
+                                                         absl::Hex(h, absl::kZeroPad4), why));
         }
       }
       return absl::OkStatus();
     };
-    TURBOKV_RETURN_IF_ERROR(check(lay.scales, bad_scale, "scale",
-                                  " is neither a finite non-negative fp16 nor a finite wide scale"));
+    TURBOKV_RETURN_IF_ERROR(
+        check(lay.scales, bad_scale, "scale",
+              " is neither a finite non-negative fp16 nor a finite wide scale"));
     if (plan.codec.qjl) {
       TURBOKV_RETURN_IF_ERROR(check(lay.residuals, bad_residual, "QJL residual norm",
                                     " is not a finite fp16 in [0, 2]"));
@@ -347,8 +359,8 @@ absl::Status BlockCodec::EncodeBatch(absl::Span<const absl::Span<const uint8_t>>
     for (size_t i = t; i < n; i += threads) {
       status[t] = Encode(raws[i], packeds[i], isa);
       if (!status[t].ok()) {
-        status[t] = absl::Status(status[t].code(),
-                                 absl::StrCat("block ", i, ": ", status[t].message()));
+        status[t] =
+            absl::Status(status[t].code(), absl::StrCat("block ", i, ": ", status[t].message()));
         return;
       }
     }

@@ -48,7 +48,8 @@ absl::StatusOr<turbokv::codec::CudaCodec*> CudaFor(int32_t device) {
   if (it != codecs->end()) return it->second.get();
   turbokv::codec::CudaCodecOptions options;
   options.device = device;
-  absl::StatusOr<std::unique_ptr<turbokv::codec::CudaCodec>> c = turbokv::codec::CudaCodec::Create(options);
+  absl::StatusOr<std::unique_ptr<turbokv::codec::CudaCodec>> c =
+      turbokv::codec::CudaCodec::Create(options);
   if (!c.ok()) return c.status();
   turbokv::codec::CudaCodec* raw = c->get();
   (*codecs)[device] = *std::move(c);
@@ -84,15 +85,15 @@ int tkv_preset_params(const char* preset, int32_t head_dim, tkv_codec_params* pa
   return 0;
 }
 
-int tkv_codec_create(const tkv_shape* shape, const tkv_codec_params* params,
-                     uint64_t namespace_id, tkv_codec** out) {
+int tkv_codec_create(const tkv_shape* shape, const tkv_codec_params* params, uint64_t namespace_id,
+                     tkv_codec** out) {
   if (shape == nullptr || params == nullptr || out == nullptr) {
     return Fail(absl::StatusCode::kInvalidArgument, "shape, params and out must not be null");
   }
   *out = nullptr;
   if (!ValidDType(shape->dtype)) {
-    return Fail(absl::StatusCode::kInvalidArgument,
-                "dtype code " + std::to_string(shape->dtype) + " is not 1 (fp16), 2 (bf16) or 3 (fp32)");
+    return Fail(absl::StatusCode::kInvalidArgument, "dtype code " + std::to_string(shape->dtype) +
+                                                        " is not 1 (fp16), 2 (bf16) or 3 (fp32)");
   }
   turbokv::codec::BlockShape s;
   s.num_layers = shape->num_layers;
@@ -125,18 +126,16 @@ size_t tkv_codec_raw_bytes(const tkv_codec* codec) { return codec->codec.raw_byt
 
 size_t tkv_codec_packed_bytes(const tkv_codec* codec) { return codec->codec.packed_bytes(); }
 
-double tkv_codec_bits_per_value(const tkv_codec* codec) {
-  return codec->codec.bits_per_value();
-}
+double tkv_codec_bits_per_value(const tkv_codec* codec) { return codec->codec.bits_per_value(); }
 
 int tkv_codec_encode(const tkv_codec* codec, const void* raw, size_t raw_len, void* packed,
                      size_t packed_len) {
   if (codec == nullptr || raw == nullptr || packed == nullptr) {
     return Fail(absl::StatusCode::kInvalidArgument, "codec, raw and packed must not be null");
   }
-  absl::Status s = codec->codec.Encode(
-      absl::MakeConstSpan(static_cast<const uint8_t*>(raw), raw_len),
-      absl::MakeSpan(static_cast<uint8_t*>(packed), packed_len));
+  absl::Status s =
+      codec->codec.Encode(absl::MakeConstSpan(static_cast<const uint8_t*>(raw), raw_len),
+                          absl::MakeSpan(static_cast<uint8_t*>(packed), packed_len));
   return s.ok() ? 0 : Fail(s);
 }
 
@@ -173,7 +172,8 @@ int tkv_cuda_decode_to_device(const tkv_codec* codec, int32_t device, const void
                               int32_t* block_codes) {
   if (codec == nullptr || (n > 0 && (packed == nullptr || packed_len == nullptr)) ||
       out_device == nullptr) {
-    return Fail(absl::StatusCode::kInvalidArgument, "codec, packed, packed_len and out_device must not be null");
+    return Fail(absl::StatusCode::kInvalidArgument,
+                "codec, packed, packed_len and out_device must not be null");
   }
   if (!ValidDType(out_dtype)) {
     return Fail(absl::StatusCode::kInvalidArgument,
@@ -183,7 +183,8 @@ int tkv_cuda_decode_to_device(const tkv_codec* codec, int32_t device, const void
   if (!cuda.ok()) return Fail(cuda.status());
   std::vector<absl::Span<const uint8_t>> blocks(n);
   std::vector<absl::Status> status(n);
-  for (size_t i = 0; i < n; ++i) blocks[i] = absl::MakeConstSpan(static_cast<const uint8_t*>(packed[i]), packed_len[i]);
+  for (size_t i = 0; i < n; ++i)
+    blocks[i] = absl::MakeConstSpan(static_cast<const uint8_t*>(packed[i]), packed_len[i]);
   if (verify_checksum) {
     // A block that fails its checksum is decoded as zeros: stage it as a foreign block.
     for (size_t i = 0; i < n; ++i) {
@@ -192,9 +193,10 @@ int tkv_cuda_decode_to_device(const tkv_codec* codec, int32_t device, const void
     }
   }
   std::vector<absl::Status> decoded(n);
-  const absl::Status s = (*cuda)->DecodeToDevice(
-      codec->codec, blocks, static_cast<DType>(out_dtype), turbokv::codec::LayerRange{layer_begin, layer_end},
-      out_device, out_len, stream, absl::MakeSpan(decoded));
+  const absl::Status s =
+      (*cuda)->DecodeToDevice(codec->codec, blocks, static_cast<DType>(out_dtype),
+                              turbokv::codec::LayerRange{layer_begin, layer_end}, out_device,
+                              out_len, stream, absl::MakeSpan(decoded));
   if (!s.ok()) return Fail(s);
   for (size_t i = 0; i < n; ++i) {
     if (status[i].ok()) status[i] = decoded[i];

@@ -19,7 +19,8 @@ std::vector<uint8_t> FixedBlock(const BlockShape& shape) {
     r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ULL;
     r = (r ^ (r >> 27)) * 0x94D049BB133111EBULL;
     r ^= r >> 31;
-    const float v = static_cast<float>(static_cast<int64_t>(r >> 40) - (int64_t{1} << 23)) / (1 << 21);
+    const float v =
+        static_cast<float>(static_cast<int64_t>(r >> 40) - (int64_t{1} << 23)) / (1 << 21);
     if (shape.dtype == DType::kFloat32) {
       std::memcpy(&raw[4 * i], &v, 4);
     } else {
@@ -32,7 +33,8 @@ std::vector<uint8_t> FixedBlock(const BlockShape& shape) {
 
 std::string FirstDifference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (a[i] != b[i]) return absl::StrCat("byte ", i, " of ", a.size(), " (", a[i], " vs CPU ", b[i], ")");
+    if (a[i] != b[i])
+      return absl::StrCat("byte ", i, " of ", a.size(), " (", a[i], " vs CPU ", b[i], ")");
   }
   return a.size() == b.size() ? "" : "sizes";
 }
@@ -47,7 +49,7 @@ absl::Status SelfTestCudaCodec(CudaCodec& cuda) {
     int protected_last;  // 8-bit layers (g = largest power of two dividing head_dim)
   };
   const Case cases[] = {
-      {"k4v4-g32", 128, DType::kFloat16, 0}, {"k8v4", 128, DType::kBFloat16, 1},
+      {"k4v4-g32", 128, DType::kFloat16, 0},    {"k8v4", 128, DType::kBFloat16, 1},
       {"k3v2-g32-qjl", 64, DType::kFloat32, 0}, {"k3v3-g32", 256, DType::kFloat16, 1},
       {"k4v3-g32", 80, DType::kFloat16, 0},
   };
@@ -58,34 +60,42 @@ absl::Status SelfTestCudaCodec(CudaCodec& cuda) {
     spec->protected_last_layers = c.protected_last;
     absl::StatusOr<BlockCodec> codec = BlockCodec::Create(shape, *spec);
     if (!codec.ok()) return codec.status();
-    const std::string what = absl::StrCat(c.preset, " head_dim ", c.head_dim, " ", std::string(DTypeName(c.dtype)));
+    const std::string what =
+        absl::StrCat(c.preset, " head_dim ", c.head_dim, " ", std::string(DTypeName(c.dtype)));
     const std::vector<uint8_t> raw = FixedBlock(shape);
     std::vector<uint8_t> cpu(codec->packed_bytes()), gpu(codec->packed_bytes());
-    if (absl::Status s = codec->Encode(raw, absl::MakeSpan(cpu), CpuIsa::kScalar); !s.ok()) return s;
+    if (absl::Status s = codec->Encode(raw, absl::MakeSpan(cpu), CpuIsa::kScalar); !s.ok())
+      return s;
     const absl::Span<const uint8_t> in[] = {raw};
     const absl::Span<uint8_t> out[] = {absl::MakeSpan(gpu)};
     absl::Status block[1];
     if (absl::Status s = cuda.EncodeBatch(*codec, in, out, block); !s.ok()) return s;
     if (!block[0].ok()) {
-      return absl::InternalError(absl::StrCat("self-test encode of ", what, " failed: ", block[0].ToString()));
+      return absl::InternalError(
+          absl::StrCat("self-test encode of ", what, " failed: ", block[0].ToString()));
     }
     if (const std::string d = FirstDifference(gpu, cpu); !d.empty()) {
-      return absl::InternalError(absl::StrCat("self-test: packed ", what, " differs from the CPU at ", d));
+      return absl::InternalError(
+          absl::StrCat("self-test: packed ", what, " differs from the CPU at ", d));
     }
     for (DType out_dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       const size_t bytes = *codec->DecodedBytes(out_dtype, {});
       std::vector<uint8_t> want(bytes), got(bytes);
-      if (absl::Status s = codec->Decode(cpu, out_dtype, {}, absl::MakeSpan(want), CpuIsa::kScalar); !s.ok()) {
+      if (absl::Status s = codec->Decode(cpu, out_dtype, {}, absl::MakeSpan(want), CpuIsa::kScalar);
+          !s.ok()) {
         return s;
       }
       const absl::Span<const uint8_t> packed[] = {cpu};
       const absl::Span<uint8_t> outs[] = {absl::MakeSpan(got)};
-      if (absl::Status s = cuda.DecodeBatch(*codec, packed, out_dtype, {}, outs, block); !s.ok()) return s;
+      if (absl::Status s = cuda.DecodeBatch(*codec, packed, out_dtype, {}, outs, block); !s.ok())
+        return s;
       if (!block[0].ok()) {
-        return absl::InternalError(absl::StrCat("self-test decode of ", what, " failed: ", block[0].ToString()));
+        return absl::InternalError(
+            absl::StrCat("self-test decode of ", what, " failed: ", block[0].ToString()));
       }
       if (const std::string d = FirstDifference(got, want); !d.empty()) {
-        return absl::InternalError(absl::StrCat("self-test: ", what, " decoded to ", std::string(DTypeName(out_dtype)),
+        return absl::InternalError(absl::StrCat("self-test: ", what, " decoded to ",
+                                                std::string(DTypeName(out_dtype)),
                                                 " differs from the CPU at ", d));
       }
     }

@@ -16,9 +16,21 @@ namespace {
 void Put16(std::vector<uint8_t>& b, size_t at, uint16_t v) { std::memcpy(&b[at], &v, 2); }
 void Put32(std::vector<uint8_t>& b, size_t at, uint32_t v) { std::memcpy(&b[at], &v, 4); }
 void Put64(std::vector<uint8_t>& b, size_t at, uint64_t v) { std::memcpy(&b[at], &v, 8); }
-uint16_t Get16(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
-uint32_t Get32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
-uint64_t Get64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
+uint16_t Get16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t Get64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 
 int Log2(int v) {
   int r = 0;
@@ -87,7 +99,7 @@ uint64_t Checksum(absl::Span<const uint8_t> bytes) {
   // The widest build of XXH3 this CPU runs (checksum_simd.h); the same 64 bits on each.
   static const int path = Avx512Available() && HaveChecksumAvx512Build() ? 2
                           : Avx2Available() && HaveChecksumAvx2Build()   ? 1
-                                                                          : 0;
+                                                                         : 0;
   switch (path) {
     case 2:
       return ChecksumAvx512(bytes.data(), bytes.size());
@@ -113,12 +125,13 @@ absl::StatusOr<PackedBlockInfo> ParsePackedBlock(absl::Span<const uint8_t> packe
   PackedBlockInfo info;
   info.format_version = internal::Get16(p + 4);
   if (info.format_version != internal::kFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("packed block format_version ",
-                                                   info.format_version, " is not supported; expected ",
-                                                   internal::kFormatVersion));
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed block format_version ", info.format_version,
+                     " is not supported; expected ", internal::kFormatVersion));
   }
   const uint16_t flags = internal::Get16(p + 6);
-  if (flags & ~internal::kFlagNormCorrection) return Corrupt(absl::StrCat("unknown flags 0x", absl::Hex(flags)));
+  if (flags & ~internal::kFlagNormCorrection)
+    return Corrupt(absl::StrCat("unknown flags 0x", absl::Hex(flags)));
   if (p[50] != 0 || p[51] != 0) return Corrupt("reserved header bytes are not zero");
   info.norm_correction = (flags & internal::kFlagNormCorrection) != 0;
   info.namespace_id = internal::Get64(p + 8);
@@ -140,7 +153,8 @@ absl::StatusOr<PackedBlockInfo> ParsePackedBlock(absl::Span<const uint8_t> packe
   info.spec.value = internal::GetSection(p + 48);
   absl::StatusOr<std::vector<LayerCodec>> resolved = ResolveLayerCodecs(info.spec, info.shape);
   if (!resolved.ok()) return Corrupt(resolved.status().message());
-  if ((info.spec.protected_first_layers > 0 || info.spec.protected_last_layers > 0) != (p[41] != 0)) {
+  if ((info.spec.protected_first_layers > 0 || info.spec.protected_last_layers > 0) !=
+      (p[41] != 0)) {
     return Corrupt("protected_bits and the protected layer counts disagree");
   }
   const int layers = info.shape.num_layers;
@@ -164,18 +178,21 @@ absl::StatusOr<PackedBlockInfo> ParsePackedBlock(absl::Span<const uint8_t> packe
     lc.key = internal::GetSection(table + 4 * l);
     lc.value = internal::GetSection(table + 4 * l + 2);
     if (lc.key != (*resolved)[l].key || lc.value != (*resolved)[l].value) {
-      return Corrupt(absl::StrCat("layer ", l, " codec table entry disagrees with the header's codec"));
+      return Corrupt(
+          absl::StrCat("layer ", l, " codec table entry disagrees with the header's codec"));
     }
     info.layer_offsets[l] = internal::Get32(offsets + 4 * l);
     if (info.layer_offsets[l] != expected) {
-      return Corrupt(absl::StrCat("layer ", l, " offset is ", info.layer_offsets[l], "; expected ", expected));
+      return Corrupt(
+          absl::StrCat("layer ", l, " offset is ", info.layer_offsets[l], "; expected ", expected));
     }
     expected += SectionBytes(lc.key, vectors, info.shape.head_dim, info.shape.dtype) +
                 SectionBytes(lc.value, vectors, info.shape.head_dim, info.shape.dtype);
   }
   info.layer_offsets[layers] = internal::Get32(offsets + 4 * static_cast<size_t>(layers));
   if (info.layer_offsets[layers] != expected) {
-    return Corrupt(absl::StrCat("end offset is ", info.layer_offsets[layers], "; expected ", expected));
+    return Corrupt(
+        absl::StrCat("end offset is ", info.layer_offsets[layers], "; expected ", expected));
   }
   info.total_bytes = expected + internal::kChecksumBytes;
   if (size != info.total_bytes) {

@@ -30,7 +30,6 @@ std::vector<uint8_t> WriteHeader(const BlockCodec& codec);
 // xxHash3-64 (seed 0) of `bytes`.
 uint64_t Checksum(absl::Span<const uint8_t> bytes);
 
-
 }  // namespace turbokv::codec::internal
 
 #endif  // TURBOKV_KERNELS_SRC_FORMAT_H_

@@ -156,7 +156,8 @@ std::vector<GroupLaunch> MakeLaunches(const GpuPlan& plan, const BlockCodec& cod
                                       uint32_t blocks, DType values_dtype) {
   std::vector<GroupLaunch> out;
   const BlockShape& shape = codec.shape();
-  const uint64_t section_values = shape.vectors_per_section() * static_cast<uint64_t>(shape.head_dim);
+  const uint64_t section_values =
+      shape.vectors_per_section() * static_cast<uint64_t>(shape.head_dim);
   const uint64_t section_bytes = section_values * DTypeSize(values_dtype);
   const uint32_t first = 2 * static_cast<uint32_t>(layer_begin);
   const uint32_t last = 2 * static_cast<uint32_t>(layer_end);  // exclusive
@@ -202,7 +203,8 @@ void AlignedToPacked(const GpuPlan& plan, const uint8_t* aligned, uint8_t* packe
 
 void PackedToAligned(const GpuPlan& plan, const uint8_t* packed, int layer_begin, int layer_end,
                      uint8_t* aligned) {
-  for (size_t s = 2 * static_cast<size_t>(layer_begin); s < 2 * static_cast<size_t>(layer_end); ++s) {
+  for (size_t s = 2 * static_cast<size_t>(layer_begin); s < 2 * static_cast<size_t>(layer_end);
+       ++s) {
     const AlignedSection& a = plan.sections[s];
     const uint8_t* src = packed + a.packed_offset;
     if (!a.codec.quantized()) {
@@ -252,7 +254,8 @@ PlainLaunch MakePlainLaunch(const GpuPlan& plan, const BlockCodec& codec, uintpt
   const auto lo = std::lower_bound(plan.plain.begin(), plan.plain.end(), first);
   const auto hi = std::lower_bound(plan.plain.begin(), plan.plain.end(), last);
   const BlockShape& shape = codec.shape();
-  const uint64_t section_values = shape.vectors_per_section() * static_cast<uint64_t>(shape.head_dim);
+  const uint64_t section_values =
+      shape.vectors_per_section() * static_cast<uint64_t>(shape.head_dim);
   a.sections = reinterpret_cast<const DevicePlainSection*>(blob_base + plan.plain_list_offset) +
                (lo - plan.plain.begin());
   a.num_sections = static_cast<uint32_t>(hi - lo);

@@ -36,9 +36,9 @@ TURBOKV_HD size_t AlignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 // One quantized section as a launch sees it (device memory).
 struct DeviceSection {
-  SectionArgs args;        // device pointers into the codec's blob
-  uint32_t index = 0;      // 2 * layer + kv
-  uint64_t scales = 0;     // offsets of the parts in an aligned block
+  SectionArgs args;     // device pointers into the codec's blob
+  uint32_t index = 0;   // 2 * layer + kv
+  uint64_t scales = 0;  // offsets of the parts in an aligned block
   uint64_t residuals = 0;
   uint64_t indices = 0;
   uint64_t qjl_bits = 0;
@@ -58,9 +58,9 @@ struct GroupLaunch {
   CodebookTables codebook;  // in device memory (kernels copy it to shared memory)
   // Values: encode reads raw blocks, decode writes output blocks ([layers][2][...] of dtype).
   uint8_t* values = nullptr;
-  uint64_t values_block_stride = 0;    // bytes from one block to the next
-  uint64_t values_section_bytes = 0;   // bytes of one section
-  uint32_t first_section = 0;          // section index stored at values offset 0
+  uint64_t values_block_stride = 0;   // bytes from one block to the next
+  uint64_t values_section_bytes = 0;  // bytes of one section
+  uint32_t first_section = 0;         // section index stored at values offset 0
   DType dtype = DType::kFloat16;
   // Aligned packed blocks: encode writes, decode reads.
   uint8_t* aligned = nullptr;
@@ -156,14 +156,14 @@ struct GpuPlan {
   size_t aligned_block_bytes = 0;        // multiple of kDeviceAlign
   size_t quantized_bytes = 0;            // the quantized parts come first: [0, quantized_bytes)
   std::vector<GroupConfig> configs;
-  std::vector<uint32_t> plain;           // unquantized section indices, ascending
-  size_t plain_list_offset = 0;          // of their DevicePlainSection[] in the blob
+  std::vector<uint32_t> plain;   // unquantized section indices, ascending
+  size_t plain_list_offset = 0;  // of their DevicePlainSection[] in the blob
   // Blob contents, host side; pointers inside DeviceSection entries are filled in by
   // MaterializeBlob for a given device base address.
   std::vector<uint8_t> blob;
   struct SectionConst {
-    size_t signs = 0;         // offset of the sign bytes in the blob
-    size_t qjl = SIZE_MAX;    // offset of the QJL matrix (QJL sections)
+    size_t signs = 0;       // offset of the sign bytes in the blob
+    size_t qjl = SIZE_MAX;  // offset of the QJL matrix (QJL sections)
   };
   std::vector<SectionConst> consts;  // [num_layers * 2]
 };
@@ -206,7 +206,6 @@ void PackedToAligned(const GpuPlan& plan, const uint8_t* packed, int layer_begin
 // BlockCodec::Encode for bad values in an unquantized section.
 [[nodiscard]] absl::Status FinishPackedBlock(const BlockCodec& codec, absl::Span<const uint8_t> raw,
                                              absl::Span<uint8_t> packed);
-
 
 }  // namespace turbokv::codec::internal
 

@@ -4,9 +4,9 @@
 // this order, so all backends produce identical packed bytes and identical decoded values.
 // No fused multiply-add: the build uses -ffp-contract=off (g++) and -fmad=false (nvcc).
 //
-// References: docs/architecture.md, "The codec"; kernels/FORMAT.md; TurboQuant (Zandieh, Daliri, Hadian,
-// Mirrokni 2025, arXiv:2504.19874) Algorithm 1 (MSE quantizer) and QJL (Zandieh, Daliri, Han
-// 2024, arXiv:2406.03482) for the 1-bit residual.
+// References: docs/architecture.md, "The codec"; kernels/FORMAT.md; TurboQuant (Zandieh, Daliri,
+// Hadian, Mirrokni 2025, arXiv:2504.19874) Algorithm 1 (MSE quantizer) and QJL (Zandieh, Daliri,
+// Han 2024, arXiv:2406.03482) for the 1-bit residual.
 #ifndef TURBOKV_KERNELS_SRC_GROUP_MATH_H_
 #define TURBOKV_KERNELS_SRC_GROUP_MATH_H_
 
@@ -70,13 +70,20 @@ TURBOKV_HD void FwhtInPlace(float* v, int g) {
 // 1/sqrt(g) rounded to fp32: the orthonormal Hadamard scale.
 TURBOKV_HD float HadamardScale(int g) {
   switch (g) {
-    case 8: return 0.35355339059327376220f;
-    case 16: return 0.25f;
-    case 32: return 0.17677669529663688110f;
-    case 64: return 0.125f;
-    case 128: return 0.088388347648318440550f;
-    case 256: return 0.0625f;
-    default: return 0.0f;
+    case 8:
+      return 0.35355339059327376220f;
+    case 16:
+      return 0.25f;
+    case 32:
+      return 0.17677669529663688110f;
+    case 64:
+      return 0.125f;
+    case 128:
+      return 0.088388347648318440550f;
+    case 256:
+      return 0.0625f;
+    default:
+      return 0.0f;
   }
 }
 
@@ -140,20 +147,20 @@ TURBOKV_HD float SumSquares(const float* v, int g) {
 
 // Parameters of one section's quantizer, shared by encode and decode.
 struct GroupParams {
-  int g = 32;                          // group size (power of two, 8..256)
-  int bits = 4;                        // 1..8
-  const float* levels = nullptr;       // [2^bits]
-  const float* thresholds = nullptr;   // [2^bits − 1]
+  int g = 32;                         // group size (power of two, 8..256)
+  int bits = 4;                       // 1..8
+  const float* levels = nullptr;      // [2^bits]
+  const float* thresholds = nullptr;  // [2^bits − 1]
   bool norm_correction = true;
-  const float* qjl = nullptr;          // [g][g] row-major Gaussian matrix S, or null
-  float qjl_coef = 0.0f;               // (float)(sqrt(pi/2) / g)
+  const float* qjl = nullptr;  // [g][g] row-major Gaussian matrix S, or null
+  float qjl_coef = 0.0f;       // (float)(sqrt(pi/2) / g)
   uint64_t sign_key = 0;
 };
 
 // What one encoded group is made of, before it is laid out in the section.
 struct EncodedGroup {
-  uint16_t scale = 0;        // fp16: n / ||y_hat'|| (norm correction) or n
-  uint16_t residual = 0;     // fp16 ||r|| (QJL only)
+  uint16_t scale = 0;     // fp16: n / ||y_hat'|| (norm correction) or n
+  uint16_t residual = 0;  // fp16 ||r|| (QJL only)
   uint8_t idx[kMaxGroupSize];
   uint8_t qjl_bits[kMaxGroupSize / 8];
 };
@@ -222,7 +229,8 @@ TURBOKV_HD void EncodeGroupSteps(const GroupParams& p, const float* x, int sign_
     return;
   }
   for (int j = 0; j < g; ++j) y[j] = y[j] * c;
-  for (int j = 0; j < g; ++j) out->idx[j] = static_cast<uint8_t>(NearestLevel(y[j], p.thresholds, p.bits));
+  for (int j = 0; j < g; ++j)
+    out->idx[j] = static_cast<uint8_t>(NearestLevel(y[j], p.thresholds, p.bits));
 
   float residual_norm = 0.0f;
   if (p.qjl != nullptr) {
@@ -232,7 +240,8 @@ TURBOKV_HD void EncodeGroupSteps(const GroupParams& p, const float* x, int sign_
     for (int i = 0; i < g; ++i) {
       float acc = 0.0f;
       for (int c = 0; c < g; ++c) acc = acc + p.qjl[i * g + c] * r[c];
-      if (acc >= 0.0f) out->qjl_bits[i >> 3] = static_cast<uint8_t>(out->qjl_bits[i >> 3] | (1u << (i & 7)));
+      if (acc >= 0.0f)
+        out->qjl_bits[i >> 3] = static_cast<uint8_t>(out->qjl_bits[i >> 3] | (1u << (i & 7)));
     }
     out->residual = FloatToHalf(sqrtf(SumSquares(r, g)));
     residual_norm = HalfToFloat(out->residual);
@@ -290,7 +299,8 @@ TURBOKV_HD void DecodeGroup(const GroupParams& p, const uint8_t* idx, const uint
   FwhtInPlace(x, g);
   const float m = ScaleBitsToFloat(scale_h) * HadamardScale(g);
   if (!IsWideScale(scale_h)) {
-    for (int j = 0; j < g; ++j) x[j] = FlipSign(x[j] * m, SignNegative(p.sign_key, sign_offset + j));
+    for (int j = 0; j < g; ++j)
+      x[j] = FlipSign(x[j] * m, SignNegative(p.sign_key, sign_offset + j));
     return;
   }
   for (int j = 0; j < g; ++j) {

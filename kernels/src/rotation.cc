@@ -17,7 +17,8 @@ std::vector<float> RotationSigns(uint64_t key, int head_dim) {
 }
 
 void RotateGroup(float* u, int g, uint64_t key, int sign_offset) {
-  for (int j = 0; j < g; ++j) u[j] = internal::FlipSign(u[j], internal::SignNegative(key, sign_offset + j));
+  for (int j = 0; j < g; ++j)
+    u[j] = internal::FlipSign(u[j], internal::SignNegative(key, sign_offset + j));
   internal::FwhtInPlace(u, g);
   const float hs = internal::HadamardScale(g);
   for (int j = 0; j < g; ++j) u[j] = u[j] * hs;

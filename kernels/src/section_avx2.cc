@@ -92,7 +92,8 @@ Tables MakeTables(const GroupParams& p, const Codebook* cb) {
     for (int k = 0; k < p.bits; ++k) {
       float cand[8] = {};
       const int step = 1 << k;
-      for (int m = 0; m * 2 * step < n && m < 8; ++m) cand[m] = p.thresholds[m * 2 * step + step - 1];
+      for (int m = 0; m * 2 * step < n && m < 8; ++m)
+        cand[m] = p.thresholds[m * 2 * step + step - 1];
       t.step_thr[k] = _mm256_loadu_ps(cand);
     }
   }
@@ -118,7 +119,8 @@ inline __m256i Quantize(const Tables& t, __m256 y) {
       f = _mm256_min_ps(_mm256_max_ps(f, _mm256_setzero_ps()), t.bucket_top);
       const __m256i base = _mm256_i32gather_epi32(t.bucket_base, _mm256_cvttps_epi32(f), 4);
       const __m256 t0 = _mm256_i32gather_ps(t.thresholds_padded, base, 4);
-      const __m256 t1 = _mm256_i32gather_ps(t.thresholds_padded, _mm256_add_epi32(base, _mm256_set1_epi32(1)), 4);
+      const __m256 t1 =
+          _mm256_i32gather_ps(t.thresholds_padded, _mm256_add_epi32(base, _mm256_set1_epi32(1)), 4);
       const __m256i gt0 = _mm256_castps_si256(_mm256_cmp_ps(y, t0, _CMP_GT_OQ));
       const __m256i gt1 = _mm256_castps_si256(_mm256_cmp_ps(y, t1, _CMP_GT_OQ));
       return _mm256_sub_epi32(_mm256_sub_epi32(base, gt0), gt1);
@@ -131,7 +133,8 @@ inline __m256i Quantize(const Tables& t, __m256 y) {
       thr = k == kBits - 1 ? t.step_thr[k]
                            : _mm256_permutevar8x32_ps(t.step_thr[k], _mm256_srli_epi32(idx, k + 1));
     } else {
-      thr = _mm256_i32gather_ps(t.thresholds, _mm256_add_epi32(idx, _mm256_set1_epi32((1 << k) - 1)), 4);
+      thr = _mm256_i32gather_ps(t.thresholds,
+                                _mm256_add_epi32(idx, _mm256_set1_epi32((1 << k) - 1)), 4);
     }
     const __m256i gt = _mm256_castps_si256(_mm256_cmp_ps(y, thr, _CMP_GT_OQ));
     idx = _mm256_add_epi32(idx, _mm256_and_si256(gt, _mm256_set1_epi32(1 << k)));
@@ -160,7 +163,8 @@ inline void PackLanes(const __m256i* idx, int g, uint8_t* out, size_t index_byte
       _mm256_store_si256(reinterpret_cast<__m256i*>(words[w++]), acc);
       off -= 32;
       // Bits of idx[j] that did not fit go to the next word.
-      acc = off > 0 ? _mm256_srl_epi32(idx[j], _mm_cvtsi32_si128(kBits - off)) : _mm256_setzero_si256();
+      acc = off > 0 ? _mm256_srl_epi32(idx[j], _mm_cvtsi32_si128(kBits - off))
+                    : _mm256_setzero_si256();
     }
   }
   if (off > 0) _mm256_store_si256(reinterpret_cast<__m256i*>(words[w++]), acc);
@@ -168,7 +172,8 @@ inline void PackLanes(const __m256i* idx, int g, uint8_t* out, size_t index_byte
   for (int l = 0; l < kLanes; ++l) {
     uint8_t* p = out + l * index_bytes;
     for (size_t k = 0; k < whole; ++k) std::memcpy(p + 4 * k, &words[k][l], 4);
-    if (whole < static_cast<size_t>(w)) std::memcpy(p + 4 * whole, &words[whole][l], index_bytes - 4 * whole);
+    if (whole < static_cast<size_t>(w))
+      std::memcpy(p + 4 * whole, &words[whole][l], index_bytes - 4 * whole);
   }
 }
 
@@ -183,18 +188,20 @@ inline void UnpackLanes(const uint8_t* in, size_t index_bytes, int g, __m256i* i
     const __m256i stride = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                               _mm256_set1_epi32(static_cast<int>(index_bytes)));
     for (int k = 0; k < nw; ++k) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(words[k]),
-                         _mm256_i32gather_epi32(reinterpret_cast<const int*>(in + 4 * k), stride, 1));
+      _mm256_store_si256(
+          reinterpret_cast<__m256i*>(words[k]),
+          _mm256_i32gather_epi32(reinterpret_cast<const int*>(in + 4 * k), stride, 1));
     }
-  } else for (int l = 0; l < kLanes; ++l) {
-    const uint8_t* p = in + l * index_bytes;
-    for (size_t k = 0; k < whole; ++k) std::memcpy(&words[k][l], p + 4 * k, 4);
-    if (whole < static_cast<size_t>(nw)) {
-      uint32_t last = 0;  // a partial last word (g·bits not a multiple of 32) is zero-padded
-      std::memcpy(&last, p + 4 * whole, index_bytes - 4 * whole);
-      words[whole][l] = last;
+  } else
+    for (int l = 0; l < kLanes; ++l) {
+      const uint8_t* p = in + l * index_bytes;
+      for (size_t k = 0; k < whole; ++k) std::memcpy(&words[k][l], p + 4 * k, 4);
+      if (whole < static_cast<size_t>(nw)) {
+        uint32_t last = 0;  // a partial last word (g·bits not a multiple of 32) is zero-padded
+        std::memcpy(&last, p + 4 * whole, index_bytes - 4 * whole);
+        words[whole][l] = last;
+      }
     }
-  }
   const __m256i mask = _mm256_set1_epi32((1 << kBits) - 1);
   int w = 0, off = 0;
   __m256i cur = _mm256_load_si256(reinterpret_cast<const __m256i*>(words[0]));
@@ -241,10 +248,10 @@ inline __m256 ApplySign(__m256 v, const uint32_t* mask) {
 template <int kG>
 inline void QjlRowMasks(const uint8_t* bits, __m256* masks) {
   for (int b = 0; b < kG / 8; ++b) {
-    const __m256i bytes = _mm256_setr_epi32(bits[b], bits[kG / 8 + b], bits[2 * (kG / 8) + b],
-                                            bits[3 * (kG / 8) + b], bits[4 * (kG / 8) + b],
-                                            bits[5 * (kG / 8) + b], bits[6 * (kG / 8) + b],
-                                            bits[7 * (kG / 8) + b]);
+    const __m256i bytes =
+        _mm256_setr_epi32(bits[b], bits[kG / 8 + b], bits[2 * (kG / 8) + b], bits[3 * (kG / 8) + b],
+                          bits[4 * (kG / 8) + b], bits[5 * (kG / 8) + b], bits[6 * (kG / 8) + b],
+                          bits[7 * (kG / 8) + b]);
     for (int k = 0; k < 8; ++k) {
       const __m256i bit = _mm256_set1_epi32(1 << k);
       masks[8 * b + k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bytes, bit), bit));
@@ -281,7 +288,8 @@ inline __m256 EncodeQjl(const GroupParams& p, const __m256* r, __m256* levels, _
   __m256 rr = _mm256_setzero_ps();
   for (int j = 0; j < kG; ++j) rr = _mm256_add_ps(rr, _mm256_mul_ps(r[j], r[j]));
   alignas(16) uint16_t res[8];  // fp16 ||r||; 0 for zero groups
-  _mm_store_si128(reinterpret_cast<__m128i*>(res), _mm256_cvtps_ph(_mm256_sqrt_ps(rr), _MM_FROUND_TO_NEAREST_INT));
+  _mm_store_si128(reinterpret_cast<__m128i*>(res),
+                  _mm256_cvtps_ph(_mm256_sqrt_ps(rr), _MM_FROUND_TO_NEAREST_INT));
   const int keep_bits = _mm256_movemask_ps(keep);
   for (int l = 0; l < kLanes; ++l) {
     if (!(keep_bits & (1 << l))) res[l] = 0;
@@ -291,11 +299,13 @@ inline __m256 EncodeQjl(const GroupParams& p, const __m256* r, __m256* levels, _
   __m256 masks[kG];
   for (int i = 0; i < kG; ++i) {
     __m256 acc = _mm256_setzero_ps();
-    for (int c = 0; c < kG; ++c) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p.qjl[i * kG + c]), r[c]));
+    for (int c = 0; c < kG; ++c)
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p.qjl[i * kG + c]), r[c]));
     masks[i] = _mm256_and_ps(_mm256_cmp_ps(acc, _mm256_setzero_ps(), _CMP_GE_OQ), keep);
     const int m = _mm256_movemask_ps(masks[i]);
     for (int l = 0; l < kLanes; ++l) {
-      lane_bits[l][i >> 3] = static_cast<uint8_t>(lane_bits[l][i >> 3] | (((m >> l) & 1) << (i & 7)));
+      lane_bits[l][i >> 3] =
+          static_cast<uint8_t>(lane_bits[l][i >> 3] | (((m >> l) & 1) << (i & 7)));
     }
   }
   std::memcpy(bits_out, lane_bits, sizeof(lane_bits));
@@ -305,10 +315,12 @@ inline __m256 EncodeQjl(const GroupParams& p, const __m256* r, __m256* levels, _
 
 // DecodeGroup's y_hat' for 8 groups: y_hat holds the levels on entry.
 template <int kG>
-inline void DecodeQjl(const GroupParams& p, const uint8_t* residuals, const uint8_t* bits, __m256* y_hat) {
+inline void DecodeQjl(const GroupParams& p, const uint8_t* residuals, const uint8_t* bits,
+                      __m256* y_hat) {
   __m256 masks[kG];
   QjlRowMasks<kG>(bits, masks);
-  const __m256 residual = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(residuals)));
+  const __m256 residual =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(residuals)));
   QjlReconstruct<kG>(p, masks, residual, y_hat, /*sum_squares=*/false);
 }
 
@@ -352,10 +364,11 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t begin
     const __m256 n = _mm256_sqrt_ps(ss);
     const __m256 c = _mm256_div_ps(hs, n);
     const __m256i c_exp = _mm256_and_si256(_mm256_castps_si256(c), exp_mask);
-    const __m256 zero_group = _mm256_or_ps(_mm256_cmp_ps(ss, _mm256_setzero_ps(), _CMP_EQ_OQ),
-                                           _mm256_castsi256_ps(_mm256_cmpeq_epi32(c_exp, exp_mask)));
-    const __m256i keep = _mm256_castps_si256(
-        _mm256_xor_ps(zero_group, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
+    const __m256 zero_group =
+        _mm256_or_ps(_mm256_cmp_ps(ss, _mm256_setzero_ps(), _CMP_EQ_OQ),
+                     _mm256_castsi256_ps(_mm256_cmpeq_epi32(c_exp, exp_mask)));
+    const __m256i keep =
+        _mm256_castps_si256(_mm256_xor_ps(zero_group, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
     __m256 yy = _mm256_setzero_ps();
     if (p.qjl == nullptr) {
       for (int j = 0; j < g; ++j) {
@@ -373,8 +386,8 @@ bool EncodeBatches(const SectionJob& job, const SectionLayout& lay, size_t begin
         lv[j] = Level<kBits>(t, q);
         x[j] = _mm256_sub_ps(y, lv[j]);
       }
-      yy = EncodeQjl<kG>(p, x, lv, _mm256_castsi256_ps(keep),
-                         dst + lay.residuals + 2 * i, dst + lay.qjl_bits + i * (g / 8));
+      yy = EncodeQjl<kG>(p, x, lv, _mm256_castsi256_ps(keep), dst + lay.residuals + 2 * i,
+                         dst + lay.qjl_bits + i * (g / 8));
     }
     __m256 scale = p.norm_correction ? _mm256_div_ps(n, _mm256_sqrt_ps(yy)) : n;
     scale = _mm256_andnot_ps(zero_group, scale);  // +0 for zero groups
@@ -414,9 +427,11 @@ void DecodeBatches(const SectionJob& job, const SectionLayout& lay, size_t begin
       for (int jc = 0; jc < g; jc += kLanes) FwhtStageA(&x[jc]);
     }
     // Remaining FWHT stages, then x_j = ±(z_j · m), column by column while in registers.
-    const __m256 m = _mm256_mul_ps(
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + lay.scales + 2 * i))), hs);
-    FwhtStageB<kG>(x, [&](int j, __m256 z) { return ApplySign(_mm256_mul_ps(z, m), signs.For(i, j)); });
+    const __m256 m = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+                                       reinterpret_cast<const __m128i*>(src + lay.scales + 2 * i))),
+                                   hs);
+    FwhtStageB<kG>(
+        x, [&](int j, __m256 z) { return ApplySign(_mm256_mul_ps(z, m), signs.For(i, j)); });
     for (int jc = 0; jc < g; jc += kLanes) {
       __m256 tile[kLanes];
       for (int c = 0; c < kLanes; ++c) tile[c] = x[jc + c];
@@ -447,7 +462,8 @@ bool EncodeSectionAvx2(const SectionJob& job, const uint8_t* src, uint8_t* dst, 
   // The remaining (< 8) groups take the scalar path (identical math); on a non-finite value
   // or a scale beyond fp16 the caller reruns the whole section on it, which reports the
   // position or writes the wide scales (group_math.h).
-  if (EncodeGroupsScalar(job, lay, full, lay.groups, src, dst).kind != EncodeError::kNone) return false;
+  if (EncodeGroupsScalar(job, lay, full, lay.groups, src, dst).kind != EncodeError::kNone)
+    return false;
   err->kind = EncodeError::kNone;
   return true;
 }
@@ -465,7 +481,8 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
   const size_t full = lay.groups / kLanes * kLanes;
   const size_t done = allow_avx512 ? DecodeSectionAvx512(job, lay, src, out_dtype, out) : 0;
   const bool ok = DispatchBitsAndGroup(p.bits, g, [&](auto bits, auto group) {
-    DecodeBatches<decltype(bits)::value, decltype(group)::value>(job, lay, done, full, src, out_dtype, out);
+    DecodeBatches<decltype(bits)::value, decltype(group)::value>(job, lay, done, full, src,
+                                                                 out_dtype, out);
     return true;
   });
   if (!ok) return false;
@@ -476,7 +493,9 @@ bool DecodeSectionAvx2(const SectionJob& job, const uint8_t* src, DType out_dtyp
 #else  // no AVX2 build
 
 bool Avx2Available() { return false; }
-bool EncodeSectionAvx2(const SectionJob&, const uint8_t*, uint8_t*, EncodeError*, bool) { return false; }
+bool EncodeSectionAvx2(const SectionJob&, const uint8_t*, uint8_t*, EncodeError*, bool) {
+  return false;
+}
 bool DecodeSectionAvx2(const SectionJob&, const uint8_t*, DType, uint8_t*, bool) { return false; }
 
 #endif

@@ -8,8 +8,8 @@
 
 #include "section_codec.h"
 
-#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
-    defined(__AVX2__) && defined(__F16C__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__) && defined(__AVX2__) && defined(__F16C__)
 #include <cpuid.h>
 #include <immintrin.h>
 
@@ -43,9 +43,9 @@ inline void UnpackLanes16(const uint8_t* in, size_t index_bytes, int g, __m512i*
   const int nw = static_cast<int>((index_bytes + 3) / 4);
   const size_t whole = index_bytes / 4;
   if (whole == static_cast<size_t>(nw)) {
-    const __m512i stride = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(static_cast<int>(index_bytes)));
+    const __m512i stride =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int>(index_bytes)));
     for (int k = 0; k < nw; ++k) {
       _mm512_store_si512(words[k], _mm512_i32gather_epi32(stride, in + 4 * k, 1));
     }
@@ -92,8 +92,9 @@ void DecodeBatches16Typed(const SectionJob& job, const SectionLayout& lay, size_
   auto signs = [&](size_t i, int j) {
     const uint32_t* lo = job.lane_sign_masks + ((i % groups_per_vector) * g + j) * kLanes;
     const uint32_t* hi = job.lane_sign_masks + (((i + 8) % groups_per_vector) * g + j) * kLanes;
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(lo))),
-                              _mm256_loadu_ps(reinterpret_cast<const float*>(hi)), 1);
+    return _mm512_insertf32x8(
+        _mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(lo))),
+        _mm256_loadu_ps(reinterpret_cast<const float*>(hi)), 1);
   };
   alignas(64) __m512 x[kMaxGroupSize];
   alignas(64) __m512i idx[kMaxGroupSize];
@@ -105,14 +106,17 @@ void DecodeBatches16Typed(const SectionJob& job, const SectionLayout& lay, size_
       FwhtStageA(tile);
       for (int c = 0; c < kLanes; ++c) x[jc + c] = tile[c];
     }
-    const __m512 m = _mm512_mul_ps(
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + lay.scales + 2 * i))), hs);
-    FwhtStageB<kG>(x, [&](int j, __m512 z) { return _mm512_xor_ps(_mm512_mul_ps(z, m), signs(i, j)); });
+    const __m512 m = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(
+                                       reinterpret_cast<const __m256i*>(src + lay.scales + 2 * i))),
+                                   hs);
+    FwhtStageB<kG>(
+        x, [&](int j, __m512 z) { return _mm512_xor_ps(_mm512_mul_ps(z, m), signs(i, j)); });
     for (int jc = 0; jc < g; jc += kLanes) {
       for (int half = 0; half < 2; ++half) {
         __m256 tile[kLanes];
         for (int c = 0; c < kLanes; ++c) {
-          tile[c] = half == 0 ? _mm512_castps512_ps256(x[jc + c]) : _mm512_extractf32x8_ps(x[jc + c], 1);
+          tile[c] =
+              half == 0 ? _mm512_castps512_ps256(x[jc + c]) : _mm512_extractf32x8_ps(x[jc + c], 1);
         }
         Transpose8x8(tile);
         for (int l = 0; l < kLanes; ++l) StoreRow(out, kOut, (i + 8 * half + l) * g + jc, tile[l]);
@@ -134,22 +138,23 @@ void DecodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t ful
   }
 }
 
-
 // Sixteen groups as 16-lane registers: coordinate j of group i + l in lane l (two 8x8
 // transposes per tile, lanes 0-7 and 8-15).
 // The encoder's constant-count loops are unrolled (#pragma GCC unroll): at -O2 GCC kept them as
 // loops over stack arrays; unrolled, the tiles stay in registers (k4v4-g32 d128 encode 14-24%
 // less CPU in codec_bench, AMD EPYC, AVX-512). The operations and their order are unchanged.
-inline void LoadTile16(const uint8_t* src, DType dtype, size_t first_group, int g, int jc, __m512* tile) {
+inline void LoadTile16(const uint8_t* src, DType dtype, size_t first_group, int g, int jc,
+                       __m512* tile) {
   __m256 lo[kLanes], hi[kLanes];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int l = 0; l < kLanes; ++l) {
     lo[l] = LoadRow(src, dtype, (first_group + l) * g + jc);
     hi[l] = LoadRow(src, dtype, (first_group + 8 + l) * g + jc);
   }
   Transpose8x8(lo);
   Transpose8x8(hi);
-  for (int c = 0; c < kLanes; ++c) tile[c] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[c]), hi[c], 1);
+  for (int c = 0; c < kLanes; ++c)
+    tile[c] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[c]), hi[c], 1);
 }
 
 // The packed indices of sixteen groups from their 16-lane index registers (idx[j], lane l =
@@ -164,14 +169,15 @@ inline void PackLanes16(const __m512i* idx, uint8_t* out) {
   __m512i wv[nw];
   __m512i acc = _mm512_setzero_si512();
   int w = 0, off = 0;
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int j = 0; j < kG; ++j) {
     acc = _mm512_or_si512(acc, _mm512_sll_epi32(idx[j], _mm_cvtsi32_si128(off)));
     off += kBits;
     if (off >= 32) {
       wv[w++] = acc;
       off -= 32;
-      acc = off > 0 ? _mm512_srl_epi32(idx[j], _mm_cvtsi32_si128(kBits - off)) : _mm512_setzero_si512();
+      acc = off > 0 ? _mm512_srl_epi32(idx[j], _mm_cvtsi32_si128(kBits - off))
+                    : _mm512_setzero_si512();
     }
   }
   if (off > 0) wv[w++] = acc;
@@ -267,11 +273,11 @@ bool EncodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t ful
     const __m512* signs = sign_table + phase * g;
     if (++phase == phases) phase = 0;
     __m512 ss = _mm512_setzero_ps();
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int jc = 0; jc < g; jc += kLanes) {
       __m512 tile[kLanes];
       LoadTile16(src, job.source, i, g, jc, tile);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int c = 0; c < kLanes; ++c) {
         const __m512i e = _mm512_and_si512(_mm512_castps_si512(tile[c]), exp_mask);
         bad |= _mm512_cmpeq_epi32_mask(e, exp_mask);
@@ -288,7 +294,7 @@ bool EncodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t ful
         _mm512_cmp_ps_mask(ss, _mm512_setzero_ps(), _CMP_EQ_OQ) |
         _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(cs), exp_mask), exp_mask);
     __m512 yy = _mm512_setzero_ps();
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < g; ++j) {
       const __m512 y = _mm512_mul_ps(x[j], cs);
       // NearestLevel: the same binary search (y > thresholds[q + step - 1] adds step).
@@ -301,7 +307,8 @@ bool EncodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t ful
       }
       for (int k = kBits - 3; k >= 0; --k) {
         const __m512i probe = _mm512_add_epi32(q, _mm512_set1_epi32((1 << k) - 1));
-        const __mmask16 gk = _mm512_cmp_ps_mask(y, _mm512_permutexvar_ps(probe, thresholds), _CMP_GT_OQ);
+        const __mmask16 gk =
+            _mm512_cmp_ps_mask(y, _mm512_permutexvar_ps(probe, thresholds), _CMP_GT_OQ);
         q = _mm512_mask_add_epi32(q, gk, q, _mm512_set1_epi32(1 << k));
       }
       idx[j] = _mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero_group), q);
@@ -312,7 +319,8 @@ bool EncodeBatches16(const SectionJob& job, const SectionLayout& lay, size_t ful
     scale = _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero_group), scale);  // +0 for zero groups
     const __m256i scale_h = _mm512_cvtps_ph(scale, _MM_FROUND_TO_NEAREST_INT);
     const __m256i h_exp = _mm256_and_si256(scale_h, _mm256_set1_epi16(0x7C00));
-    if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(h_exp, _mm256_set1_epi16(0x7C00))) != 0) return false;
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(h_exp, _mm256_set1_epi16(0x7C00))) != 0)
+      return false;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + lay.scales + 2 * i), scale_h);
     PackLanes16<kBits, kG>(idx, dst + lay.indices + i * index_bytes);
   }
@@ -345,7 +353,8 @@ size_t DecodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, cons
     if constexpr (decltype(bits)::value > 4) {
       return false;
     } else {
-      DecodeBatches16<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, out_dtype, out);
+      DecodeBatches16<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, out_dtype,
+                                                                     out);
       return true;
     }
   });
@@ -361,7 +370,8 @@ int64_t EncodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, con
     if constexpr (decltype(bits)::value > 4) {
       return false;
     } else {
-      return EncodeBatches16<decltype(bits)::value, decltype(group)::value>(job, lay, full, src, dst);
+      return EncodeBatches16<decltype(bits)::value, decltype(group)::value>(job, lay, full, src,
+                                                                            dst);
     }
   });
   return ok ? static_cast<int64_t>(full) : -1;
@@ -370,7 +380,8 @@ int64_t EncodeSectionAvx512(const SectionJob& job, const SectionLayout& lay, con
 #else  // no AVX-512 build
 
 bool Avx512Available() { return false; }
-size_t DecodeSectionAvx512(const SectionJob&, const SectionLayout&, const uint8_t*, DType, uint8_t*) {
+size_t DecodeSectionAvx512(const SectionJob&, const SectionLayout&, const uint8_t*, DType,
+                           uint8_t*) {
   return 0;
 }
 int64_t EncodeSectionAvx512(const SectionJob&, const SectionLayout&, const uint8_t*, uint8_t*) {

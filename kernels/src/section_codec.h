@@ -18,7 +18,7 @@ namespace turbokv::codec::internal {
 
 struct SectionJob {
   SectionCodec codec;
-  GroupParams params;   // valid when codec.quantized()
+  GroupParams params;  // valid when codec.quantized()
   int head_dim = 0;
   size_t vectors = 0;
   DType source = DType::kFloat16;  // dtype of the raw section
@@ -33,12 +33,12 @@ std::vector<uint32_t> LaneSignMasks(uint64_t sign_key, int head_dim, int g);
 
 // Where a section's parts start, relative to the section.
 struct SectionLayout {
-  size_t groups = 0;          // vectors * head_dim / g
-  size_t scales = 0;          // fp16 [groups]
-  size_t residuals = 0;       // fp16 [groups] (QJL only)
-  size_t indices = 0;         // [groups][g * bits / 8]
-  size_t qjl_bits = 0;        // [groups][g / 8] (QJL only)
-  size_t bytes = 0;           // total
+  size_t groups = 0;     // vectors * head_dim / g
+  size_t scales = 0;     // fp16 [groups]
+  size_t residuals = 0;  // fp16 [groups] (QJL only)
+  size_t indices = 0;    // [groups][g * bits / 8]
+  size_t qjl_bits = 0;   // [groups][g / 8] (QJL only)
+  size_t bytes = 0;      // total
 };
 SectionLayout LayoutOf(const SectionCodec& codec, size_t vectors, int head_dim, DType source);
 
@@ -49,8 +49,8 @@ size_t FirstNonFinite(const uint8_t* src, size_t values, DType dtype);
 // First problem found while encoding, if any.
 struct EncodeError {
   enum Kind { kNone, kNonFinite, kScaleOverflow } kind = kNone;
-  size_t vector = 0;  // head vector index within the section
-  int coordinate = 0; // coordinate (kNonFinite) or first coordinate of the group
+  size_t vector = 0;   // head vector index within the section
+  int coordinate = 0;  // coordinate (kNonFinite) or first coordinate of the group
 };
 
 // Scalar reference path (group_math.h, one group at a time), for groups [begin, end) of a

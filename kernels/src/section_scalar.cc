@@ -53,9 +53,12 @@ std::vector<uint32_t> LaneSignMasks(uint64_t sign_key, int head_dim, int g) {
 
 float MaxFiniteOf(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return kMaxHalf;
-    case DType::kBFloat16: return kMaxBFloat16;
-    case DType::kFloat32: return kMaxFloat;
+    case DType::kFloat16:
+      return kMaxHalf;
+    case DType::kBFloat16:
+      return kMaxBFloat16;
+    case DType::kFloat32:
+      return kMaxFloat;
   }
   return kMaxFloat;
 }
@@ -139,9 +142,12 @@ size_t FirstNonFiniteWord(const uint8_t* src, size_t values, Word exponent_mask)
 
 size_t FirstNonFinite(const uint8_t* src, size_t values, DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return FirstNonFiniteWord<uint16_t>(src, values, 0x7C00u);
-    case DType::kBFloat16: return FirstNonFiniteWord<uint16_t>(src, values, 0x7F80u);
-    case DType::kFloat32: return FirstNonFiniteWord<uint32_t>(src, values, 0x7F800000u);
+    case DType::kFloat16:
+      return FirstNonFiniteWord<uint16_t>(src, values, 0x7C00u);
+    case DType::kBFloat16:
+      return FirstNonFiniteWord<uint16_t>(src, values, 0x7F80u);
+    case DType::kFloat32:
+      return FirstNonFiniteWord<uint32_t>(src, values, 0x7F800000u);
   }
   return 0;
 }
@@ -183,7 +189,8 @@ void DecodePlain(const SectionJob& job, const uint8_t* src, DType out_dtype, uin
     std::memcpy(out, src, values * DTypeSize(out_dtype));
     return;
   }
-  for (size_t i = 0; i < values; ++i) StoreFromFloat(out, out_dtype, i, LoadAsFloat(src, stored, i));
+  for (size_t i = 0; i < values; ++i)
+    StoreFromFloat(out, out_dtype, i, LoadAsFloat(src, stored, i));
 }
 
 }  // namespace

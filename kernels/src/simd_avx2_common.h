@@ -55,7 +55,8 @@ TURBOKV_SIMD_INLINE __m256 LoadRow(const uint8_t* src, DType dtype, size_t i) {
     case DType::kFloat16:
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
     case DType::kBFloat16: {
-      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
+      const __m256i w =
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
       return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
     }
     case DType::kFloat32:
@@ -68,7 +69,8 @@ TURBOKV_SIMD_INLINE __m256 LoadRow(const uint8_t* src, DType dtype, size_t i) {
 TURBOKV_SIMD_INLINE __m128i ToBFloat16(__m256 v) {
   const __m256i x = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  const __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
   const __m128i lo = _mm256_castsi256_si128(r);
   const __m128i hi = _mm256_extracti128_si256(r, 1);
   return _mm_packus_epi32(lo, hi);  // values are < 65536: no saturation
@@ -77,7 +79,8 @@ TURBOKV_SIMD_INLINE __m128i ToBFloat16(__m256 v) {
 TURBOKV_SIMD_INLINE void StoreRow(uint8_t* out, DType dtype, size_t i, __m256 v) {
   switch (dtype) {
     case DType::kFloat16:
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
+                       _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
       return;
     case DType::kBFloat16:
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), ToBFloat16(v));
@@ -137,13 +140,20 @@ TURBOKV_SIMD_INLINE void FwhtStageB(V* x) {
 template <typename Fn>
 bool DispatchGroup(int g, Fn fn) {
   switch (g) {
-    case 8: return fn(std::integral_constant<int, 8>());
-    case 16: return fn(std::integral_constant<int, 16>());
-    case 32: return fn(std::integral_constant<int, 32>());
-    case 64: return fn(std::integral_constant<int, 64>());
-    case 128: return fn(std::integral_constant<int, 128>());
-    case 256: return fn(std::integral_constant<int, 256>());
-    default: return false;
+    case 8:
+      return fn(std::integral_constant<int, 8>());
+    case 16:
+      return fn(std::integral_constant<int, 16>());
+    case 32:
+      return fn(std::integral_constant<int, 32>());
+    case 64:
+      return fn(std::integral_constant<int, 64>());
+    case 128:
+      return fn(std::integral_constant<int, 128>());
+    case 256:
+      return fn(std::integral_constant<int, 256>());
+    default:
+      return false;
   }
 }
 
@@ -151,14 +161,22 @@ template <typename Fn>
 bool DispatchBitsAndGroup(int bits, int g, Fn fn) {
   auto with_bits = [&](auto b) { return DispatchGroup(g, [&](auto gc) { return fn(b, gc); }); };
   switch (bits) {
-    case 1: return with_bits(std::integral_constant<int, 1>());
-    case 2: return with_bits(std::integral_constant<int, 2>());
-    case 3: return with_bits(std::integral_constant<int, 3>());
-    case 4: return with_bits(std::integral_constant<int, 4>());
-    case 5: return with_bits(std::integral_constant<int, 5>());
-    case 6: return with_bits(std::integral_constant<int, 6>());
-    case 8: return with_bits(std::integral_constant<int, 8>());
-    default: return false;
+    case 1:
+      return with_bits(std::integral_constant<int, 1>());
+    case 2:
+      return with_bits(std::integral_constant<int, 2>());
+    case 3:
+      return with_bits(std::integral_constant<int, 3>());
+    case 4:
+      return with_bits(std::integral_constant<int, 4>());
+    case 5:
+      return with_bits(std::integral_constant<int, 5>());
+    case 6:
+      return with_bits(std::integral_constant<int, 6>());
+    case 8:
+      return with_bits(std::integral_constant<int, 8>());
+    default:
+      return false;
   }
 }
 

@@ -12,9 +12,12 @@ size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return "fp16";
-    case DType::kBFloat16: return "bf16";
-    case DType::kFloat32: return "fp32";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat32:
+      return "fp32";
   }
   return "unknown";
 }
@@ -24,8 +27,8 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (n == "fp16" || n == "float16" || n == "f16" || n == "half") return DType::kFloat16;
   if (n == "bf16" || n == "bfloat16") return DType::kBFloat16;
   if (n == "fp32" || n == "float32" || n == "f32" || n == "float") return DType::kFloat32;
-  return absl::InvalidArgumentError(
-      absl::StrCat("dtype \"", std::string(name), "\" is not supported; expected fp16, bf16 or fp32"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dtype \"", std::string(name), "\" is not supported; expected fp16, bf16 or fp32"));
 }
 
 namespace {
@@ -56,12 +59,13 @@ absl::Status ValidateSection(absl::string_view name, const SectionCodec& s, int 
     return absl::OkStatus();
   }
   if (!(s.bits >= 1 && s.bits <= 6) && s.bits != 8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ".bits ", s.bits, " is not supported; expected 1..6, 8, 16 or 0 (raw)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".bits ", s.bits, " is not supported; expected 1..6, 8, 16 or 0 (raw)"));
   }
   if (!IsPowerOfTwo(s.group_size) || s.group_size < 8 || s.group_size > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ".group_size ", s.group_size, " is not supported; expected 8, 16, 32, 64, 128 or 256"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".group_size ", s.group_size,
+                     " is not supported; expected 8, 16, 32, 64, 128 or 256"));
   }
   if (head_dim % s.group_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat("head_dim ", head_dim, " is not a multiple of ",
@@ -103,8 +107,8 @@ absl::StatusOr<std::vector<LayerCodec>> ResolveLayerCodecs(const CodecSpec& spec
   s = ValidateSection("value", spec.value, shape.head_dim);
   if (!s.ok()) return s;
   if (spec.protected_bits != 8 && spec.protected_bits != 16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "protected_bits ", spec.protected_bits, " is not supported; expected 8 or 16"));
+    return absl::InvalidArgumentError(absl::StrCat("protected_bits ", spec.protected_bits,
+                                                   " is not supported; expected 8 or 16"));
   }
   if (spec.protected_first_layers < 0 || spec.protected_last_layers < 0 ||
       spec.protected_first_layers > shape.num_layers ||
@@ -187,7 +191,8 @@ absl::StatusOr<CodecSpec> PresetSpec(std::string_view name, int head_dim) {
     spec.key = {0, 0, false};
     spec.value = {0, 0, false};
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("preset \"", std::string(name), "\" is unknown; expected one of ",
+    return absl::InvalidArgumentError(absl::StrCat("preset \"", std::string(name),
+                                                   "\" is unknown; expected one of ",
                                                    absl::StrJoin(PresetNames(), ", ")));
   }
   return spec;

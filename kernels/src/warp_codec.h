@@ -91,10 +91,10 @@ TURBOKV_HD TileCoord TileOf(uint64_t id, uint32_t sections, uint32_t tiles_per_s
 
 // The (g, bits) codebook as the kernels read it (shared memory on the device).
 struct CodebookTables {
-  const float* levels = nullptr;              // [2^bits]
-  const float* thresholds_padded = nullptr;   // [2^bits + 1]: thresholds, then +inf, +inf
-  const int32_t* bucket_base = nullptr;       // [buckets] (Codebook::bucket_base)
-  int buckets = 0;                            // 0: binary search over the thresholds
+  const float* levels = nullptr;             // [2^bits]
+  const float* thresholds_padded = nullptr;  // [2^bits + 1]: thresholds, then +inf, +inf
+  const int32_t* bucket_base = nullptr;      // [buckets] (Codebook::bucket_base)
+  int buckets = 0;                           // 0: binary search over the thresholds
   float bucket_lo = 0;
   float bucket_scale = 0;
 };
@@ -105,7 +105,7 @@ struct SectionArgs {
   const float* qjl = nullptr;      // [g][g] row-major QJL matrix S (QJL sections)
   float qjl_coef = 0;              // (float)(sqrt(pi/2) / g)
   bool norm_correction = true;
-  int groups_per_vector = 1;       // head_dim / g
+  int groups_per_vector = 1;  // head_dim / g
 };
 
 // One section of one block in the backend's aligned packed layout (cuda_plan.h): every part
@@ -216,9 +216,10 @@ TURBOKV_HD void StoreChunk(uint8_t* p, DType dtype, const float* in) {
   }
   Bytes16 a;
   for (int i = 0; i < 4; ++i) {
-    const uint16_t lo = dtype == DType::kFloat16 ? FloatToHalfBits(in[2 * i]) : FloatToBFloat16Bits(in[2 * i]);
-    const uint16_t hi =
-        dtype == DType::kFloat16 ? FloatToHalfBits(in[2 * i + 1]) : FloatToBFloat16Bits(in[2 * i + 1]);
+    const uint16_t lo =
+        dtype == DType::kFloat16 ? FloatToHalfBits(in[2 * i]) : FloatToBFloat16Bits(in[2 * i]);
+    const uint16_t hi = dtype == DType::kFloat16 ? FloatToHalfBits(in[2 * i + 1])
+                                                 : FloatToBFloat16Bits(in[2 * i + 1]);
     a.w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
   Store16(p, a);
@@ -301,7 +302,8 @@ TURBOKV_HD int Quantize(const CodebookTables& cb, float y) {
     const float top = static_cast<float>(cb.buckets - 1);
     if (f > top) f = top;
     const int base = cb.bucket_base[static_cast<int>(f)];
-    return base + (y > cb.thresholds_padded[base] ? 1 : 0) + (y > cb.thresholds_padded[base + 1] ? 1 : 0);
+    return base + (y > cb.thresholds_padded[base] ? 1 : 0) +
+           (y > cb.thresholds_padded[base + 1] ? 1 : 0);
   }
   return NearestLevel(y, cb.thresholds_padded, kBits);
 }
@@ -311,11 +313,11 @@ template <int kG, class Warp>
 TURBOKV_HD void Fwht(const Warp& w, float (&v)[TileShape<kG>::kValuesPerLane], int p) {
   using S = TileShape<kG>;
   constexpr int kIn = kG < 8 ? kG : 8;
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int h = 1; h < kIn; h <<= 1) {
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int k = 0; k < S::kChunks; ++k) {
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int i = 0; i < 8; ++i) {
         if (i & h) continue;
         const float a = v[k * 8 + i], b = v[k * 8 + i + h];
@@ -324,21 +326,21 @@ TURBOKV_UNROLL
       }
     }
   }
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int m = 1; m < S::kLanesPerGroup; m <<= 1) {
     const bool upper = (p & m) != 0;
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int r = 0; r < S::kValuesPerLane; ++r) {
       const float partner = w.ShflXor(v[r], m);
       v[r] = (upper ? -v[r] : v[r]) + partner;
     }
   }
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int d = 1; d < S::kChunks; d <<= 1) {
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int k = 0; k < S::kChunks; ++k) {
       if (k & d) continue;
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int i = 0; i < 8; ++i) {
         const float a = v[k * 8 + i], b = v[(k + d) * 8 + i];
         v[k * 8 + i] = a + b;
@@ -359,17 +361,17 @@ TURBOKV_HD float ChainSum(const Warp& w, int p, int base_lane, const Term& term)
     (void)w;
     (void)p;
     (void)base_lane;
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int r = 0; r < S::kValuesPerLane; ++r) s = s + term(r);
   } else {
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int k = 0; k < S::kChunks; ++k) {
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int q = 0; q < S::kLanesPerGroup; ++q) {
         // Lane q of the group continues the sum over its chunk k; the others compute a value
         // nobody uses (all lanes must reach the shuffle).
         float t = s;
-TURBOKV_UNROLL
+        TURBOKV_UNROLL
         for (int i = 0; i < 8; ++i) t = t + term(k * 8 + i);
         s = w.Shfl(t, base_lane + q);
       }
@@ -383,9 +385,9 @@ TURBOKV_UNROLL
 template <int kG, class Warp>
 TURBOKV_HD void GatherMask(const Warp& w, uint32_t (&mask)[TileShape<kG>::kMaskWords]) {
   using S = TileShape<kG>;
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int m = 1; m < S::kLanesPerGroup; m <<= 1) {
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int i = 0; i < S::kMaskWords; ++i) mask[i] |= w.ShflXor(mask[i], m);
   }
 }
@@ -394,7 +396,7 @@ TURBOKV_UNROLL
 // the mask stays in registers).
 template <int kWords>
 TURBOKV_HD void OrByte(uint32_t (&mask)[kWords], int coord, uint32_t byte) {
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int wi = 0; wi < kWords; ++wi) {
     if ((coord >> 5) == wi) mask[wi] |= byte << (coord & 31);
   }
@@ -408,18 +410,18 @@ TURBOKV_HD void Reconstruct(const CodebookTables& cb, const SectionArgs& sec, in
                             const uint32_t (&mask)[TileShape<kG>::kMaskWords], float residual_norm,
                             float (&v)[TileShape<kG>::kValuesPerLane]) {
   using S = TileShape<kG>;
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int r = 0; r < S::kValuesPerLane; ++r) v[r] = cb.levels[idx[r]];
   if constexpr (kQjl) {
     const float k = sec.qjl_coef * residual_norm;
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int r = 0; r < S::kValuesPerLane; ++r) {
       const int c = S::Coord(p, r);
       float acc = 0.0f;
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int wi = 0; wi < S::kMaskWords; ++wi) {
         const uint32_t word = mask[wi];
-TURBOKV_NO_UNROLL
+        TURBOKV_NO_UNROLL
         for (int b = 0; b < 32 && wi * 32 + b < kG; ++b) {
           const float s = sec.qjl[(wi * 32 + b) * kG + c];
           acc = acc + (((word >> b) & 1u) ? s : -s);
@@ -441,10 +443,10 @@ template <int kG>
 TURBOKV_HD void ApplySigns(const SectionArgs& sec, int gk, int p,
                            float (&v)[TileShape<kG>::kValuesPerLane]) {
   using S = TileShape<kG>;
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int k = 0; k < S::kChunks; ++k) {
     const uint32_t bits = sec.signs[gk * (kG / 8) + k * S::kLanesPerGroup + p];
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int i = 0; i < 8; ++i) v[k * 8 + i] = FlipSign(v[k * 8 + i], ((bits >> i) & 1u) != 0);
   }
 }
@@ -454,9 +456,11 @@ template <int kG, int kBits>
 struct IndexStore {
   static constexpr int kGroupBytes = kG * kBits / 8;
   // L == 1: the lane holds the whole group, kGroupBytes contiguous bytes.
-  static constexpr int kWholeAlign =
-      kGroupBytes % 16 == 0 ? 16 : kGroupBytes % 8 == 0 ? 8 : kGroupBytes % 4 == 0 ? 4
-                                                         : kGroupBytes % 2 == 0 ? 2 : 1;
+  static constexpr int kWholeAlign = kGroupBytes % 16 == 0  ? 16
+                                     : kGroupBytes % 8 == 0 ? 8
+                                     : kGroupBytes % 4 == 0 ? 4
+                                     : kGroupBytes % 2 == 0 ? 2
+                                                            : 1;
   // Per chunk: kBits bytes at a multiple of kBits.
   static constexpr int kChunkAlign = kBits == 8 ? 8 : kBits == 4 ? 4 : kBits == 2 ? 2 : 1;
 };
@@ -486,17 +490,17 @@ TURBOKV_HD void EncodeTile(const Warp& w, const CodebookTables& cb, const Sectio
   // 1. Load (8 coordinates per 16-byte load for fp16/bf16) and check finiteness.
   float v[kE];
   bool finite = true;
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int k = 0; k < S::kChunks; ++k) {
     if (active) {
       const size_t coord = gi * kG + static_cast<size_t>(k * kL + p) * 8;
       LoadChunk(io.values_in + coord * value_bytes, io.dtype, &v[k * 8]);
     } else {
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int i = 0; i < 8; ++i) v[k * 8 + i] = 0.0f;
     }
   }
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int r = 0; r < kE; ++r) finite = finite && IsFiniteFloat(v[r]);
   if (!finite) SetFlag(io.error);
 
@@ -511,7 +515,7 @@ TURBOKV_UNROLL
   const float c = HadamardScale(kG) / n;
   const bool zero = ss == 0.0f || !IsFiniteFloat(c);
   uint8_t idx[kE];
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int r = 0; r < kE; ++r) {
     v[r] = v[r] * c;
     idx[r] = zero ? 0 : static_cast<uint8_t>(Quantize<kBits>(cb, v[r]));
@@ -519,29 +523,29 @@ TURBOKV_UNROLL
 
   // 4. QJL: r = y − levels[idx]; sign bit i = (Σ_c S[i][c] r_c >= 0); residual = fp16(‖r‖).
   uint32_t mask[S::kMaskWords];
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int i = 0; i < S::kMaskWords; ++i) mask[i] = 0;
   uint16_t residual = 0;
   float residual_norm = 0.0f;
   if constexpr (kQjl) {
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int r = 0; r < kE; ++r) v[r] = v[r] - cb.levels[idx[r]];
     // Stage r in shared memory ([lane][kE + 1]: the padding keeps the column reads below
     // free of bank conflicts) so that every lane can read its whole group in order.
     constexpr int kStride = kE + 1;
     w.Sync();  // the previous tile's readers are done with scratch
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int r = 0; r < kE; ++r) scratch[lane * kStride + r] = v[r];
     w.Sync();
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int k = 0; k < S::kChunks; ++k) {
       uint32_t byte = 0;
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int ii = 0; ii < 8; ++ii) {
         const int i = S::Coord(p, k * 8 + ii);
         const float* row = sec.qjl + i * kG;
         float acc = 0.0f;
-TURBOKV_NO_UNROLL
+        TURBOKV_NO_UNROLL
         for (int cc = 0; cc < kG; ++cc) {
           const int chunk = cc / 8;
           const float rc = scratch[(base_lane + chunk % kL) * kStride + (chunk / kL) * 8 + cc % 8];
@@ -557,7 +561,7 @@ TURBOKV_NO_UNROLL
     residual_norm = HalfToFloat(residual);
     if (zero) {
       residual = 0;
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int i = 0; i < S::kMaskWords; ++i) mask[i] = 0;
     }
   }
@@ -584,14 +588,14 @@ TURBOKV_UNROLL
   uint8_t* group_idx = io.parts.indices + gi * IS::kGroupBytes;
   if constexpr (kL == 1 && IS::kGroupBytes % 16 == 0) {
     // The whole group in 16-byte stores: word t holds indices [t * 32 / kBits, ...).
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int b = 0; b < IS::kGroupBytes / 16; ++b) {
       Bytes16 out;
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int t = 0; t < 4; ++t) {
         uint32_t word = 0;
         const int first_bit = (b * 4 + t) * 32;
-TURBOKV_UNROLL
+        TURBOKV_UNROLL
         for (int r = 0; r < kE; ++r) {
           const int bit = r * kBits;
           if (bit + kBits <= first_bit || bit >= first_bit + 32) continue;
@@ -604,10 +608,10 @@ TURBOKV_UNROLL
       Store16(group_idx + 16 * b, out);
     }
   } else {
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int k = 0; k < S::kChunks; ++k) {
       uint64_t bits = 0;
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int i = 0; i < 8; ++i) bits |= static_cast<uint64_t>(idx[k * 8 + i]) << (i * kBits);
       StoreBytes<IS::kChunkAlign>(group_idx + (k * kL + p) * kBits, bits, kBits);
     }
@@ -615,7 +619,7 @@ TURBOKV_UNROLL
   if constexpr (kQjl) {
     if (p == 0) {
       uint8_t* dst = io.parts.qjl_bits + gi * (kG / 8);
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int b = 0; b < kG / 8; ++b) dst[b] = static_cast<uint8_t>(mask[b / 4] >> (8 * (b % 4)));
     }
   }
@@ -643,10 +647,10 @@ TURBOKV_HD void DecodeTile(const Warp& w, const CodebookTables& cb, const Sectio
   constexpr uint32_t kIdxMask = (1u << kBits) - 1u;
   if constexpr (kL == 1 && IS::kGroupBytes % 16 == 0) {
     static_assert(32 % kBits == 0, "an index must not straddle two words here");
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int b = 0; b < IS::kGroupBytes / 16; ++b) {
       const Bytes16 in = Load16(group_idx + 16 * b);
-TURBOKV_UNROLL
+      TURBOKV_UNROLL
       for (int r = 0; r < kE; ++r) {
         const int bit = r * kBits - b * 128;
         if (bit < 0 || bit >= 128) continue;
@@ -654,22 +658,23 @@ TURBOKV_UNROLL
       }
     }
   } else {
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int k = 0; k < S::kChunks; ++k) {
       const uint64_t bits = LoadBytes<IS::kChunkAlign>(group_idx + (k * kL + p) * kBits, kBits);
-TURBOKV_UNROLL
-      for (int i = 0; i < 8; ++i) idx[k * 8 + i] = static_cast<uint8_t>((bits >> (i * kBits)) & kIdxMask);
+      TURBOKV_UNROLL
+      for (int i = 0; i < 8; ++i)
+        idx[k * 8 + i] = static_cast<uint8_t>((bits >> (i * kBits)) & kIdxMask);
     }
   }
   const uint16_t scale_h = LoadU16(io.parts.scales + 2 * g_load);
   uint32_t mask[S::kMaskWords];
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int i = 0; i < S::kMaskWords; ++i) mask[i] = 0;
   float residual_norm = 0.0f;
   if constexpr (kQjl) {
     residual_norm = HalfToFloat(LoadU16(io.parts.residuals + 2 * g_load));
     const uint8_t* src = io.parts.qjl_bits + g_load * (kG / 8);
-TURBOKV_UNROLL
+    TURBOKV_UNROLL
     for (int b = 0; b < kG / 8; ++b) mask[b / 4] |= static_cast<uint32_t>(src[b]) << (8 * (b % 4));
   }
 
@@ -678,20 +683,23 @@ TURBOKV_UNROLL
   Fwht<kG>(w, v, p);
   // A wide scale (group_math.h): bf16 · 2^72, and the result clamped to the output dtype.
   const bool wide = IsWideScale(scale_h);
-  const float m = (wide ? BFloat16ToFloat(static_cast<uint16_t>(scale_h & 0x7FFFu)) : HalfBitsToFloat(scale_h)) *
+  const float m = (wide ? BFloat16ToFloat(static_cast<uint16_t>(scale_h & 0x7FFFu))
+                        : HalfBitsToFloat(scale_h)) *
                   HadamardScale(kG);
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int r = 0; r < kE; ++r) v[r] = v[r] * m;
   if (wide) {
-    const float limit = io.dtype == DType::kFloat16 ? kMaxHalf : io.dtype == DType::kBFloat16 ? kMaxBFloat16 : kMaxFloat;
-TURBOKV_UNROLL
+    const float limit = io.dtype == DType::kFloat16    ? kMaxHalf
+                        : io.dtype == DType::kBFloat16 ? kMaxBFloat16
+                                                       : kMaxFloat;
+    TURBOKV_UNROLL
     for (int r = 0; r < kE; ++r) v[r] = ClampMagnitude(v[r] * WideUp(), limit);
   }
   const int gk = static_cast<int>(g_load % static_cast<size_t>(sec.groups_per_vector));
   ApplySigns<kG>(sec, gk, p, v);
   if (!active) return;
   const size_t value_bytes = ValueBytes(io.dtype);
-TURBOKV_UNROLL
+  TURBOKV_UNROLL
   for (int k = 0; k < S::kChunks; ++k) {
     const size_t coord = gi * kG + static_cast<size_t>(k * kL + p) * 8;
     StoreChunk(io.values_out + coord * value_bytes, io.dtype, &v[k * 8]);
@@ -716,24 +724,39 @@ bool DispatchGroupCodec(int g, int bits, bool qjl, F&& f) {
       return true;
     };
     switch (bits) {
-      case 1: return by_qjl(std::integral_constant<int, 1>{});
-      case 2: return by_qjl(std::integral_constant<int, 2>{});
-      case 3: return by_qjl(std::integral_constant<int, 3>{});
-      case 4: return by_qjl(std::integral_constant<int, 4>{});
-      case 5: return by_qjl(std::integral_constant<int, 5>{});
-      case 6: return by_qjl(std::integral_constant<int, 6>{});
-      case 8: return by_qjl(std::integral_constant<int, 8>{});
-      default: return false;
+      case 1:
+        return by_qjl(std::integral_constant<int, 1>{});
+      case 2:
+        return by_qjl(std::integral_constant<int, 2>{});
+      case 3:
+        return by_qjl(std::integral_constant<int, 3>{});
+      case 4:
+        return by_qjl(std::integral_constant<int, 4>{});
+      case 5:
+        return by_qjl(std::integral_constant<int, 5>{});
+      case 6:
+        return by_qjl(std::integral_constant<int, 6>{});
+      case 8:
+        return by_qjl(std::integral_constant<int, 8>{});
+      default:
+        return false;
     }
   };
   switch (g) {
-    case 8: return by_bits(std::integral_constant<int, 8>{});
-    case 16: return by_bits(std::integral_constant<int, 16>{});
-    case 32: return by_bits(std::integral_constant<int, 32>{});
-    case 64: return by_bits(std::integral_constant<int, 64>{});
-    case 128: return by_bits(std::integral_constant<int, 128>{});
-    case 256: return by_bits(std::integral_constant<int, 256>{});
-    default: return false;
+    case 8:
+      return by_bits(std::integral_constant<int, 8>{});
+    case 16:
+      return by_bits(std::integral_constant<int, 16>{});
+    case 32:
+      return by_bits(std::integral_constant<int, 32>{});
+    case 64:
+      return by_bits(std::integral_constant<int, 64>{});
+    case 128:
+      return by_bits(std::integral_constant<int, 128>{});
+    case 256:
+      return by_bits(std::integral_constant<int, 256>{});
+    default:
+      return false;
   }
 }
 

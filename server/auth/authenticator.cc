@@ -40,8 +40,7 @@ bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
 std::string FileStamp(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return "";
-  return absl::StrCat(st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, " ", st.st_size, " ",
-                      st.st_ino);
+  return absl::StrCat(st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, " ", st.st_size, " ", st.st_ino);
 }
 
 // The token file's text. NOT_FOUND when it cannot be opened, FAILED_PRECONDITION when the path
@@ -50,13 +49,13 @@ std::string FileStamp(const std::string& path) {
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("cannot read the token file ", path, ": ",
-                                            std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot read the token file ", path, ": ", std::strerror(errno)));
   }
   if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the token file ", path, " is not a regular file (",
-        S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket", ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the token file ", path, " is not a regular file (",
+                     S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket", ")"));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read the token file ", path));

@@ -199,8 +199,7 @@ struct TlsCredentials::State {
 
 grpc::Status TlsCredentials::State::CheckClient(std::string_view leaf_pem,
                                                 std::string_view chain_pem) {
-  grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED,
-                             "client certificate refused");
+  grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED, "client certificate refused");
   if (leaf_pem.empty()) {
     auth->RecordHandshakeFailure(AuthFailure::kTlsNoClientCert, "no client certificate");
     return refused;
@@ -250,8 +249,7 @@ class ClientCertVerifier final : public grpc::experimental::ExternalCertificateV
       : state_(std::move(state)) {}
 
   bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
-              std::function<void(grpc::Status)> /*callback*/,
-              grpc::Status* sync_status) override {
+              std::function<void(grpc::Status)> /*callback*/, grpc::Status* sync_status) override {
     const grpc::string_ref leaf = request->peer_cert();
     const grpc::string_ref chain = request->peer_cert_full_chain();
     *sync_status = state_->CheckClient(std::string_view(leaf.data(), leaf.size()),
@@ -342,9 +340,9 @@ absl::Status TlsCredentials::Reload() {
   reloads_family_.Add({{"result", "ok"}}).Increment();
   spdlog::info("TLS certificates reloaded from {}{}: new connections use them within {} s",
                options_.tls_cert,
-               options_.tls_client_ca.empty() ? ""
-                                              : absl::StrCat(" (client CAs ",
-                                                             options_.tls_client_ca, ")"),
+               options_.tls_client_ca.empty()
+                   ? ""
+                   : absl::StrCat(" (client CAs ", options_.tls_client_ca, ")"),
                kProviderPollSeconds);
   return absl::OkStatus();
 }

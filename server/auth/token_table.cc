@@ -12,7 +12,8 @@ namespace turbokv::server {
 namespace {
 
 absl::Status LineError(int line, std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("token file line ", line, ": ", std::string(what)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("token file line ", line, ": ", std::string(what)));
 }
 
 int HexValue(char c) {
@@ -61,8 +62,7 @@ std::string Sha256Text(std::string_view data) {
 bool ValidTenantName(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
-    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-          c == '-')) {
+    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
       return false;
     }
   }
@@ -90,8 +90,8 @@ const Principal* TokenTable::FindCert(std::string_view identity) const {
 absl::StatusOr<TokenTable> ParseTokenTable(std::string_view text) {
   TokenTable table;
   int line_no = 0;
-  for (absl::string_view line_view : absl::StrSplit(absl::string_view(text.data(), text.size()),
-                                                     '\n')) {
+  for (absl::string_view line_view :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
     std::string_view line(line_view.data(), line_view.size());
     ++line_no;
     if (size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);

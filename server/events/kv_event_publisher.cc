@@ -40,15 +40,14 @@ absl::StatusOr<std::string> ZmqEndpoint(const std::string& address, bool* ipv6) 
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     *ipv6 = true;
   } else if (host.find(':') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kv_events.listen_address \"", address, "\": put an IPv6 host in brackets"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_events.listen_address \"", address, "\": put an IPv6 host in brackets"));
   }
   return absl::StrCat("tcp://", host, ":", port == 0 ? std::string("*") : absl::StrCat(port));
 }
 
 double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -116,9 +115,8 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(
     pub.bind(*endpoint);
     p->endpoint_ = pub.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat("cannot publish KV events on ",
-                                               options.listen_address, " (", *endpoint,
-                                               "): ", e.what()));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot publish KV events on ", options.listen_address, " (", *endpoint, "): ", e.what()));
   }
   if (p->endpoint_.rfind("tcp://", 0) == 0) {
     const size_t colon = p->endpoint_.rfind(':');

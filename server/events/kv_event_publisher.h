@@ -74,7 +74,7 @@ class KvEventPublisher final : public BlockEventSink {
     uint64_t published_hashes = 0;  // block hashes in them
     uint64_t dropped_events = 0;    // events dropped because the queue was full
     uint64_t dropped_hashes = 0;
-    uint64_t messages = 0;          // ZMQ messages sent
+    uint64_t messages = 0;  // ZMQ messages sent
   };
   Stats stats() const;
 

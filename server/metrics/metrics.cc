@@ -74,8 +74,9 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   get_blocks_missing_ = &get.Add({{"result", "missing"}});
   auto& reads = prometheus::BuildCounter()
                     .Name("turbokv_get_block_reads_total")
-                    .Help("GetBlocks batch reads: inline = served from RocksDB's memory on the "
-                          "calling thread, pool = read on the I/O pool")
+                    .Help(
+                        "GetBlocks batch reads: inline = served from RocksDB's memory on the "
+                        "calling thread, pool = read on the I/O pool")
                     .Register(registry);
   get_reads_inline_ = &reads.Add({{"path", "inline"}});
   get_reads_pool_ = &reads.Add({{"path", "pool"}});
@@ -94,25 +95,30 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
     codec_seconds_[c][op] = &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", cpu}});
     codec_bytes_[c][op] = &codec_bytes.Add({{"op", kCodecOpNames[op]}, {"backend", cpu}});
     const bool gpu = codec_backend != cpu;
-    codec_seconds_[g][op] = gpu ? &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}})
-                                : codec_seconds_[c][op];
-    codec_bytes_[g][op] = gpu ? &codec_bytes.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}})
-                              : codec_bytes_[c][op];
+    codec_seconds_[g][op] =
+        gpu ? &codec_seconds.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}})
+            : codec_seconds_[c][op];
+    codec_bytes_[g][op] =
+        gpu ? &codec_bytes.Add({{"op", kCodecOpNames[op]}, {"backend", codec_backend}})
+            : codec_bytes_[c][op];
   }
-  auto& fallbacks = prometheus::BuildCounter()
-                        .Name("turbokv_codec_fallbacks_total")
-                        .Help("Codec batches meant for the CUDA codec that ran on the CPU, by reason")
-                        .Register(registry);
+  auto& fallbacks =
+      prometheus::BuildCounter()
+          .Name("turbokv_codec_fallbacks_total")
+          .Help("Codec batches meant for the CUDA codec that ran on the CPU, by reason")
+          .Register(registry);
   for (int op = 0; op < kNumCodecOps; ++op) {
     for (int r = 0; r < kNumCodecFallbacks; ++r) {
-      codec_fallbacks_[op][r] = &fallbacks.Add({{"op", kCodecOpNames[op]}, {"reason", kCodecFallbackNames[r]}});
+      codec_fallbacks_[op][r] =
+          &fallbacks.Add({{"op", kCodecOpNames[op]}, {"reason", kCodecFallbackNames[r]}});
     }
   }
-  codec_degraded_ = &prometheus::BuildGauge()
-                         .Name("turbokv_codec_degraded")
-                         .Help("1 when the selected codec backend failed and the CPU codec runs instead")
-                         .Register(registry)
-                         .Add({});
+  codec_degraded_ =
+      &prometheus::BuildGauge()
+           .Name("turbokv_codec_degraded")
+           .Help("1 when the selected codec backend failed and the CPU codec runs instead")
+           .Register(registry)
+           .Add({});
   prometheus::BuildGauge()
       .Name("turbokv_codec_backend_info")
       .Help("The codec backend in use (value 1)")
@@ -158,15 +164,14 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   internal_failures_ = counter(
       "turbokv_internal_failures_total",
       "Exceptions caught by the request path's barrier (each failed one call with INTERNAL)");
-  in_flight_bytes_ =
-      gauge("turbokv_in_flight_bytes", "Request bytes in flight (the --max-in-flight-bytes budget)");
+  in_flight_bytes_ = gauge("turbokv_in_flight_bytes",
+                           "Request bytes in flight (the --max-in-flight-bytes budget)");
   admission_rejections_ =
       counter("turbokv_admission_rejections_total",
               "Calls refused with RESOURCE_EXHAUSTED after waiting for the in-flight budget");
-  stream_idle_timeouts_ =
-      counter("turbokv_stream_idle_timeouts_total",
-              "PutBlocks streams cancelled after their client sent nothing for "
-              "--stream-idle-timeout-ms (their in-flight budget given back)");
+  stream_idle_timeouts_ = counter("turbokv_stream_idle_timeouts_total",
+                                  "PutBlocks streams cancelled after their client sent nothing for "
+                                  "--stream-idle-timeout-ms (their in-flight budget given back)");
   default_deadline_cancels_ =
       counter("turbokv_default_deadline_cancels_total",
               "Calls without a client deadline cancelled at the server's --default-deadline-ms");
@@ -180,14 +185,16 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
               "sequence gap)");
   auto& repairs = prometheus::BuildGauge()
                       .Name("turbokv_repairs")
-                      .Help("1 when the open repaired that part of a damaged data directory "
-                            "(docs/faults.md)")
+                      .Help(
+                          "1 when the open repaired that part of a damaged data directory "
+                          "(docs/faults.md)")
                       .Register(registry);
   repair_access_ = &repairs.Add({{"part", "access"}});
   repair_namespaces_ = &repairs.Add({{"part", "namespaces"}});
   repair_salvage_ = &repairs.Add({{"part", "salvage"}});
-  repair_salvaged_blocks_ = gauge("turbokv_repair_salvaged_blocks",
-                                  "Blocks a salvage of a damaged data directory recovered at start");
+  repair_salvaged_blocks_ =
+      gauge("turbokv_repair_salvaged_blocks",
+            "Blocks a salvage of a damaged data directory recovered at start");
   repair_dropped_blocks_ = gauge("turbokv_repair_dropped_blocks",
                                  "Blocks the repair of a damaged data directory dropped at start");
   disk_bytes_ = gauge("turbokv_disk_bytes",

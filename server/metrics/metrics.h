@@ -58,8 +58,8 @@ class Metrics {
   // Registers every family in `registry`. `codec_backend` ("cpu-avx2", "cuda", ...) is the
   // selected backend (turbokv_codec_backend_info); `cpu_codec_backend` the CPU path's name, the
   // label of codec work done on the CPU (empty: codec_backend, which must then be a CPU path).
-  Metrics(prometheus::Registry& registry, const std::string& codec_backend,
-          uint64_t capacity_bytes, const std::string& cpu_codec_backend = "");
+  Metrics(prometheus::Registry& registry, const std::string& codec_backend, uint64_t capacity_bytes,
+          const std::string& cpu_codec_backend = "");
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 

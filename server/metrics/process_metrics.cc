@@ -92,8 +92,8 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
                        MetricType::Gauge, field(24) * page));
   out.push_back(Family("process_virtual_memory_bytes", "Virtual memory size, bytes",
                        MetricType::Gauge, field(23)));
-  out.push_back(Family("process_threads", "OS threads of the process", MetricType::Gauge,
-                       field(20)));
+  out.push_back(
+      Family("process_threads", "OS threads of the process", MetricType::Gauge, field(20)));
   if (const double boot = BootTime(); boot >= 0) {
     out.push_back(Family("process_start_time_seconds",
                          "Start time of the process since the Unix epoch, seconds",

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -314,10 +314,13 @@ void ByteBudget::TimerLoop() {
               ? absl::StrCat("the server's in-flight budget (--max-in-flight-bytes ", limit_,
                              ") stayed spent while this call waited for ", it->bytes,
                              " bytes; retry later")
-              : absl::StrCat("this tenant's share of the in-flight budget (",
-                             tenant_limit_, " bytes: --tenant-in-flight-share of "
-                             "--max-in-flight-bytes ", limit_, ") stayed spent by its calls "
-                             "while this call waited for ", it->bytes, " bytes; retry later");
+              : absl::StrCat("this tenant's share of the in-flight budget (", tenant_limit_,
+                             " bytes: --tenant-in-flight-share of "
+                             "--max-in-flight-bytes ",
+                             limit_,
+                             ") stayed spent by its calls "
+                             "while this call waited for ",
+                             it->bytes, " bytes; retry later");
       waiting_held_ -= a->held;
       a->tenant->waiting_held -= a->held;
       a->waiting = false;

@@ -87,8 +87,7 @@ class ByteBudget {
   void Close(std::unique_ptr<Account> account);  // gives back what it holds, cancels its wait
   // false: granted now. true: queued; `done` runs later on another thread (after Shutdown:
   // with UNAVAILABLE, from the timer thread).
-  bool Acquire(Account* account, uint64_t bytes, std::chrono::milliseconds timeout,
-               Callback done);
+  bool Acquire(Account* account, uint64_t bytes, std::chrono::milliseconds timeout, Callback done);
   bool Cancel(Account* account);  // true when its callback will not run
   void Release(Account* account, uint64_t bytes);
   void Take(Account* account, uint64_t bytes);
@@ -113,7 +112,7 @@ class ByteBudget {
   uint64_t rejected_ = 0;
   uint64_t forced_ = 0;
   std::map<std::string, std::unique_ptr<Tenant>, std::less<>> tenants_;
-  std::list<Waiter> waiters_;  // arrival order
+  std::list<Waiter> waiters_;    // arrival order
   std::list<Callback> deliver_;  // granted in Acquire, run by the timer thread
   bool shutdown_ = false;
   bool stop_ = false;

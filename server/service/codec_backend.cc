@@ -19,9 +19,10 @@ void OnDeviceFailure(const CodecBackend& b, CodecOp op, const absl::Status& erro
   CodecBackendState& st = *b.state;
   const bool disabled = !b.cuda->healthy();
   if (!st.logged_device_error.exchange(true)) {
-    spdlog::error("CUDA codec {} failed: {}; the batch runs on the CPU ({}){}",
-                  op == CodecOp::kEncode ? "encode" : "decode", std::string(error.message()), b.cpu_name,
-                  disabled ? "; the CUDA codec is disabled, every later batch runs on the CPU" : "");
+    spdlog::error(
+        "CUDA codec {} failed: {}; the batch runs on the CPU ({}){}",
+        op == CodecOp::kEncode ? "encode" : "decode", std::string(error.message()), b.cpu_name,
+        disabled ? "; the CUDA codec is disabled, every later batch runs on the CPU" : "");
   }
   if (st.metrics != nullptr) st.metrics->RecordCodecFallback(op, CodecFallback::kDeviceError);
   if (disabled && !st.degraded.exchange(true) && st.metrics != nullptr) {
@@ -33,7 +34,8 @@ void OnDeviceFailure(const CodecBackend& b, CodecOp op, const absl::Status& erro
 bool UseGpu(const CodecBackend& b, CodecOp op) {
   if (b.cuda == nullptr) return false;
   if (!b.state->degraded.load()) return true;
-  if (b.state->metrics != nullptr) b.state->metrics->RecordCodecFallback(op, CodecFallback::kDegraded);
+  if (b.state->metrics != nullptr)
+    b.state->metrics->RecordCodecFallback(op, CodecFallback::kDegraded);
   return false;
 }
 
@@ -47,7 +49,8 @@ absl::StatusOr<std::unique_ptr<codec::CudaCodec>> OpenDefaultCudaCodec() {
   return codec::CudaCodec::Create();
 }
 
-absl::StatusOr<CodecBackend> SelectCodecBackend(CodecBackendKind kind, const CudaCodecFactory& open_cuda) {
+absl::StatusOr<CodecBackend> SelectCodecBackend(CodecBackendKind kind,
+                                                const CudaCodecFactory& open_cuda) {
   CodecBackend backend;
   backend.cpu_isa = codec::DetectCpuIsa();
   backend.cpu_name = codec::CpuIsaName(backend.cpu_isa);
@@ -69,7 +72,8 @@ absl::StatusOr<CodecBackend> SelectCodecBackend(CodecBackendKind kind, const Cud
   const auto start = std::chrono::steady_clock::now();
   const absl::Status test = codec::SelfTestCudaCodec(**cuda);
   if (!test.ok()) {
-    return not_cuda(absl::StrCat((*cuda)->DeviceName(), " failed the start-up self-test: ", test.message()));
+    return not_cuda(
+        absl::StrCat((*cuda)->DeviceName(), " failed the start-up self-test: ", test.message()));
   }
   backend.cuda = std::shared_ptr<codec::CudaCodec>(std::move(*cuda));
   backend.name = "cuda";
@@ -88,9 +92,11 @@ std::vector<absl::Status> EncodeBlocks(const CodecBackend& backend, const codec:
   for (const auto& r : raws) bytes += r.size();
   if (UseGpu(backend, CodecOp::kEncode)) {
     const auto start = std::chrono::steady_clock::now();
-    const absl::Status device = backend.cuda->EncodeBatch(codec, raws, packeds, absl::MakeSpan(statuses));
+    const absl::Status device =
+        backend.cuda->EncodeBatch(codec, raws, packeds, absl::MakeSpan(statuses));
     // Time on the device path counts as CUDA's even when the call failed: it was spent there.
-    Record(backend, CodecOp::kEncode, CodecPath::kCuda, SecondsSince(start), device.ok() ? bytes : 0);
+    Record(backend, CodecOp::kEncode, CodecPath::kCuda, SecondsSince(start),
+           device.ok() ? bytes : 0);
     if (device.ok()) return statuses;
     OnDeviceFailure(backend, CodecOp::kEncode, device);
   }
@@ -114,7 +120,8 @@ std::vector<absl::Status> DecodeBlocks(const CodecBackend& backend, const codec:
     const auto start = std::chrono::steady_clock::now();
     const absl::Status device =
         backend.cuda->DecodeBatch(codec, packeds, out_dtype, range, outs, absl::MakeSpan(statuses));
-    Record(backend, CodecOp::kDecode, CodecPath::kCuda, SecondsSince(start), device.ok() ? bytes : 0);
+    Record(backend, CodecOp::kDecode, CodecPath::kCuda, SecondsSince(start),
+           device.ok() ? bytes : 0);
     if (device.ok()) return statuses;
     OnDeviceFailure(backend, CodecOp::kDecode, device);
   }

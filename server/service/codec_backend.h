@@ -36,8 +36,8 @@ namespace turbokv::server {
 
 // What the batch calls share across copies of a CodecBackend.
 struct CodecBackendState {
-  Metrics* metrics = nullptr;          // null: nothing is recorded
-  std::atomic<bool> degraded{false};   // the CUDA codec failed for good; the CPU runs instead
+  Metrics* metrics = nullptr;         // null: nothing is recorded
+  std::atomic<bool> degraded{false};  // the CUDA codec failed for good; the CPU runs instead
   std::atomic<bool> logged_device_error{false};
 };
 

@@ -66,9 +66,9 @@ void GetBlocksReactor::OnWatchdog() {
     watch_ = 0;
     if (watchdog_done_ || finished_) return;
     ctx_->metrics->RecordDefaultDeadlineCancel();
-    Fail(absl::DeadlineExceededError(absl::StrCat(
-        "the call set no deadline and ran past the server's default of ",
-        ctx_->limits.default_deadline_ms, " ms (--default-deadline-ms)")));
+    Fail(absl::DeadlineExceededError(
+        absl::StrCat("the call set no deadline and ran past the server's default of ",
+                     ctx_->limits.default_deadline_ms, " ms (--default-deadline-ms)")));
   }
   // A write the client does not read ends (ok = false) and the call finishes; not after
   // OnDone, when the context is gone.
@@ -265,8 +265,8 @@ bool GetBlocksReactor::Fetch(size_t begin, size_t count, uint64_t reserved, bool
   return true;
 }
 
-void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t block,
-                                  uint32_t index, char* out, int layer_begin, int layer_end) {
+void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, uint32_t index,
+                                  char* out, int layer_begin, int layer_end) {
   absl::Status s;
   if (!Abandoned()) {
     // DecodeBlocks records the codec metrics under the backend that ran.
@@ -276,12 +276,11 @@ void GetBlocksReactor::DecodeTask(const std::shared_ptr<Batch>& batch, size_t bl
     const codec::LayerRange range{layer_begin, layer_end};
     const absl::Span<uint8_t> dst(reinterpret_cast<uint8_t*>(out),
                                   static_cast<size_t>(layer_end - layer_begin) * layer_bytes_);
-    s = DecodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&packed, 1), out_dtype_,
-                     range, {dst})[0];
+    s = DecodeBlocks(ctx_->backend, ns_->codec, absl::MakeConstSpan(&packed, 1), out_dtype_, range,
+                     {dst})[0];
     if (!s.ok()) {
-      s = absl::InternalError(absl::StrCat("block ", index,
-                                           " passed its checksum but does not decode: ",
-                                           std::string(s.message())));
+      s = absl::InternalError(absl::StrCat(
+          "block ", index, " passed its checksum but does not decode: ", std::string(s.message())));
     }
   }
   std::unique_lock<std::mutex> l(mu_);
@@ -371,8 +370,8 @@ void GetBlocksReactor::Pump(std::unique_lock<std::mutex>& l) {
       }
     }
   }
-  const bool done = !writing_ && tasks_ == 0 && !ticket_ &&
-                    (stop || (batches_.empty() && next_ >= total));
+  const bool done =
+      !writing_ && tasks_ == 0 && !ticket_ && (stop || (batches_.empty() && next_ >= total));
   bool finish = false;
   absl::Status status;
   if (done && !finished_) {

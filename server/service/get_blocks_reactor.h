@@ -8,10 +8,10 @@
 //
 // PACKED: a stored block stays where RocksDB holds it (its pinned blob cache or block cache
 // entry, or its read buffer: BlockStore::GetPinnedBlocks) and is sent in chunks of at most
-// 1 MiB that point into it; RAW decodes from there too. RAW: a block is decoded into one uninitialized buffer; every
-// message carries whole layers of it (or a part of one layer over 1 MiB), and each message's
-// layers are decoded by their own task on the codec pool, so the layers of a large block
-// decode in parallel.
+// 1 MiB that point into it; RAW decodes from there too. RAW: a block is decoded into one
+// uninitialized buffer; every message carries whole layers of it (or a part of one layer over 1
+// MiB), and each message's layers are decoded by their own task on the codec pool, so the layers of
+// a large block decode in parallel.
 //
 // Memory: each batch takes its bytes from the call's lease of the in-flight budget
 // (budget_lease.h, under the caller's tenant) before it is read
@@ -105,7 +105,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   uint64_t current_bytes_ = 0;  // budget bytes of the message being written
   uint64_t held_bytes_ = 0;     // budget bytes held (batches not yet written)
   uint64_t to_release_ = 0;
-  bool ticket_ = false;            // the lease waits; OnBudget comes
+  bool ticket_ = false;           // the lease waits; OnBudget comes
   uint64_t pending_reserve_ = 0;  // bytes asked for by the waiting ticket
   uint64_t granted_ = 0;          // bytes granted to the waiting ticket, fetch not started
   size_t next_ = 0;               // first request index not fetched yet

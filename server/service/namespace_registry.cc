@@ -161,7 +161,6 @@ absl::StatusOr<CanonicalNamespace> Canonicalize(const v1::NamespaceDescriptor& i
   return out;
 }
 
-
 std::string CanonicalBytes(const v1::NamespaceDescriptor& d, std::string_view tenant) {
   std::string b;
   b.append(kCanonicalTag);
@@ -248,15 +247,15 @@ absl::Status NamespaceRegistry::Load() {
     }
     canonical->descriptor.set_ttl_seconds(r.ttl_seconds);
     if (absl::Status cost = CheckCost(*canonical); !cost.ok()) {
-      spdlog::warn("stored namespace {:016x} is not loaded: {}", r.id,
-                   std::string(cost.message()));
+      spdlog::warn("stored namespace {:016x} is not loaded: {}", r.id, std::string(cost.message()));
       continue;
     }
     TURBOKV_ASSIGN_OR_RETURN(auto ns, Build(*canonical, r.id, tenant));
     if (ns->codec.packed_bytes() > limits_.max_block_bytes) {
-      spdlog::warn("stored namespace {:016x} is not loaded: packed blocks of {} bytes are over "
-                   "--max-block-bytes {}",
-                   r.id, ns->codec.packed_bytes(), limits_.max_block_bytes);
+      spdlog::warn(
+          "stored namespace {:016x} is not loaded: packed blocks of {} bytes are over "
+          "--max-block-bytes {}",
+          r.id, ns->codec.packed_bytes(), limits_.max_block_bytes);
       continue;
     }
     std::lock_guard<std::mutex> l(mu_);
@@ -268,9 +267,10 @@ absl::Status NamespaceRegistry::Load() {
 
 absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
     const v1::NamespaceDescriptor& descriptor, std::string_view tenant) {
-  for (auto [field, value] : {std::pair<const char*, const std::string*>{"model", &descriptor.model()},
-                              {"model_revision", &descriptor.model_revision()},
-                              {"cache_salt", &descriptor.cache_salt()}}) {
+  for (auto [field, value] :
+       {std::pair<const char*, const std::string*>{"model", &descriptor.model()},
+        {"model_revision", &descriptor.model_revision()},
+        {"cache_salt", &descriptor.cache_salt()}}) {
     if (value->size() > limits_.max_descriptor_string_bytes) {
       return FieldError(field, absl::StrCat("has ", value->size(), " bytes; at most ",
                                             limits_.max_descriptor_string_bytes,
@@ -293,15 +293,15 @@ absl::StatusOr<NamespaceRegistry::Registered> NamespaceRegistry::Register(
         "cache_salt");
   }
   // A request without ttl_seconds keeps the TTL of an existing namespace.
-  if (existing != nullptr && (!descriptor.has_ttl_seconds() ||
-                              existing->descriptor.ttl_seconds() ==
-                                  canonical.descriptor.ttl_seconds())) {
+  if (existing != nullptr &&
+      (!descriptor.has_ttl_seconds() ||
+       existing->descriptor.ttl_seconds() == canonical.descriptor.ttl_seconds())) {
     return Registered{existing, false};
   }
   if (existing == nullptr && size() >= limits_.max_namespaces) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the server holds ", limits_.max_namespaces,
-        " namespaces, its limit (--max-namespaces); drop unused ones first"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server holds ", limits_.max_namespaces,
+                     " namespaces, its limit (--max-namespaces); drop unused ones first"));
   }
   if (existing == nullptr && TenantNamespaces(tenant) >= limits_.max_namespaces_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrCat(

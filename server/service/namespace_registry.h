@@ -71,8 +71,7 @@ struct CanonicalNamespace {
 [[nodiscard]] absl::StatusOr<CanonicalNamespace> Canonicalize(const v1::NamespaceDescriptor& in,
                                                               std::string_view default_preset);
 // The canonical byte string above (ttl_seconds ignored) and its XXH3-64.
-std::string CanonicalBytes(const v1::NamespaceDescriptor& canonical,
-                           std::string_view tenant = "");
+std::string CanonicalBytes(const v1::NamespaceDescriptor& canonical, std::string_view tenant = "");
 uint64_t NamespaceId(const v1::NamespaceDescriptor& canonical, std::string_view tenant = "");
 
 class NamespaceRegistry {
@@ -103,8 +102,8 @@ class NamespaceRegistry {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Get(uint64_t id) const;
   // The same for `caller`: NotFound, with the same message, also when the namespace belongs
   // to another tenant and the caller is not an admin.
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Get(
-      uint64_t id, const Principal& caller) const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const Namespace>> Get(uint64_t id,
+                                                                     const Principal& caller) const;
   // Drops the namespace and its blocks; returns the number of blocks deleted. NotFound as
   // Get(id, caller).
   [[nodiscard]] absl::StatusOr<uint64_t> Drop(uint64_t id, const Principal& caller = {"", true});

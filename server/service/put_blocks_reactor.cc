@@ -62,9 +62,9 @@ struct PutBlocksReactor::Block {
   std::string data;         // PACKED, and RAW on the CUDA backend: the reassembled block
   int tasks = 0;            // pool tasks of this block in flight
   bool received_all = false;
-  bool ready = false;   // encoded / validated and sealed: may be committed
-  bool failed = false;  // has its (non-OK) result; dropped
-  uint64_t charge = 0;  // budget bytes held for it
+  bool ready = false;             // encoded / validated and sealed: may be committed
+  bool failed = false;            // has its (non-OK) result; dropped
+  uint64_t charge = 0;            // budget bytes held for it
   std::atomic<bool> dead{false};  // failed: tasks still queued skip their work
 
   std::string_view value() const {
@@ -178,15 +178,14 @@ void PutBlocksReactor::OnWatchdog() {
   absl::Status why;
   if (call_deadline_.has_value() && now >= *call_deadline_) {
     ctx_->metrics->RecordDefaultDeadlineCancel();
-    why = absl::DeadlineExceededError(absl::StrCat(
-        "the call set no deadline and ran past the server's default of ",
-        ctx_->limits.default_deadline_ms, " ms (--default-deadline-ms)"));
-  } else if (idle != 0 && read_pending_ &&
-             now - read_since_ >= std::chrono::milliseconds(idle)) {
+    why = absl::DeadlineExceededError(
+        absl::StrCat("the call set no deadline and ran past the server's default of ",
+                     ctx_->limits.default_deadline_ms, " ms (--default-deadline-ms)"));
+  } else if (idle != 0 && read_pending_ && now - read_since_ >= std::chrono::milliseconds(idle)) {
     ctx_->metrics->RecordStreamIdleTimeout();
-    why = absl::CancelledError(absl::StrCat(
-        "the client sent nothing for ", idle, " ms (--stream-idle-timeout-ms); the stream was "
-        "cancelled and its in-flight budget given back"));
+    why = absl::CancelledError(absl::StrCat("the client sent nothing for ", idle,
+                                            " ms (--stream-idle-timeout-ms); the stream was "
+                                            "cancelled and its in-flight budget given back"));
   } else {
     ArmWatchdogLocked();
     return;
@@ -233,20 +232,19 @@ void PutBlocksReactor::OnReadDone(bool ok) {
     if (!ok) {
       reading_done_ = true;
       if (current_ != nullptr) {
-        FailBlock(current_, absl::InvalidArgumentError(absl::StrCat(
-                                "stream ended after ", current_->received, " of ",
-                                current_->expected, " bytes of block ", Hex(current_->hash),
-                                "; the block was not stored")));
+        FailBlock(current_,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "stream ended after ", current_->received, " of ", current_->expected,
+                      " bytes of block ", Hex(current_->hash), "; the block was not stored")));
         current_.reset();
       }
-    } else if (AllDeclaredBlocksIn() &&
-               !(request_.offset() != 0 && skip_hash_.has_value() &&
-                 request_.block_hash() == *skip_hash_)) {
+    } else if (AllDeclaredBlocksIn() && !(request_.offset() != 0 && skip_hash_.has_value() &&
+                                          request_.block_hash() == *skip_hash_)) {
       // (The rest of a refused last block is dropped by HandleMessage.) Read without a
       // reservation; its bytes go with the request.
-      FailStream(absl::InvalidArgumentError(absl::StrCat(
-          "the stream sent more than the ", *declared_blocks_,
-          " blocks its header's block_count declared")));
+      FailStream(absl::InvalidArgumentError(
+          absl::StrCat("the stream sent more than the ", *declared_blocks_,
+                       " blocks its header's block_count declared")));
       request_.Clear();
     } else {
       HandleMessage(request_);
@@ -303,7 +301,8 @@ void PutBlocksReactor::OnBudget(const absl::Status& status) {
 
 void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
   if (ns_ == nullptr) {
-    absl::StatusOr<std::shared_ptr<const Namespace>> ns = ctx_->registry->Get(req.namespace_id(), caller_);
+    absl::StatusOr<std::shared_ptr<const Namespace>> ns =
+        ctx_->registry->Get(req.namespace_id(), caller_);
     if (!ns.ok()) {
       FailStream(ns.status());
       return;
@@ -317,10 +316,10 @@ void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
       chain_continues_ = req.header().chain_continues();
     }
   } else if (req.namespace_id() != ns_->id) {
-    FailStream(absl::InvalidArgumentError(absl::StrCat(
-        "namespace_id ", absl::Hex(req.namespace_id(), absl::kZeroPad16),
-        " is not the stream's namespace ", absl::Hex(ns_->id, absl::kZeroPad16),
-        " (its first message's); one PutBlocks stream writes one namespace")));
+    FailStream(absl::InvalidArgumentError(
+        absl::StrCat("namespace_id ", absl::Hex(req.namespace_id(), absl::kZeroPad16),
+                     " is not the stream's namespace ", absl::Hex(ns_->id, absl::kZeroPad16),
+                     " (its first message's); one PutBlocks stream writes one namespace")));
     return;
   } else if (req.has_header()) {
     FailStream(absl::InvalidArgumentError(
@@ -334,10 +333,10 @@ void PutBlocksReactor::HandleMessage(v1::PutBlocksRequest& req) {
       return;
     }
     if (req.offset() == 0) {
-      FailBlock(current_, absl::InvalidArgumentError(absl::StrCat(
-                              "block ", Hex(current_->hash), " ended after ", current_->received,
-                              " of ", current_->expected,
-                              " bytes (the next block started); it was not stored")));
+      FailBlock(current_,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "block ", Hex(current_->hash), " ended after ", current_->received, " of ",
+                    current_->expected, " bytes (the next block started); it was not stored")));
     } else {
       skip_hash_ = current_->hash;
       FailBlock(current_, absl::InvalidArgumentError(absl::StrCat(
@@ -410,9 +409,10 @@ absl::Status PutBlocksReactor::CheckQuota() {
   const uint64_t quota = ctx_->auth->QuotaBytes(caller_.tenant);
   const uint64_t block = ns_->codec.packed_bytes();
   if (quota == 0 || block <= quota) return absl::OkStatus();
-  return absl::ResourceExhaustedError(
-      absl::StrCat("a block of this namespace is ", block, " packed bytes, over this tenant's "
-                   "quota of ", quota, " bytes"));
+  return absl::ResourceExhaustedError(absl::StrCat("a block of this namespace is ", block,
+                                                   " packed bytes, over this tenant's "
+                                                   "quota of ",
+                                                   quota, " bytes"));
 }
 
 void PutBlocksReactor::AppendChunk(v1::PutBlocksRequest& req) {
@@ -420,18 +420,18 @@ void PutBlocksReactor::AppendChunk(v1::PutBlocksRequest& req) {
   if ((req.block_bytes() != 0 && req.block_bytes() != b->expected) ||
       (req.encoding() != v1::ENCODING_UNSPECIFIED && req.encoding() != b->encoding)) {
     skip_hash_ = b->hash;
-    FailBlock(b, absl::InvalidArgumentError(
-                     absl::StrCat("chunk at offset ", req.offset(), " of block ", Hex(b->hash),
-                                  " changes block_bytes or encoding from the block's first chunk")));
+    FailBlock(b, absl::InvalidArgumentError(absl::StrCat(
+                     "chunk at offset ", req.offset(), " of block ", Hex(b->hash),
+                     " changes block_bytes or encoding from the block's first chunk")));
     current_.reset();
     return;
   }
   const uint64_t n = req.data().size();
   if (b->received + n > b->expected) {
     skip_hash_ = b->hash;
-    FailBlock(b, absl::InvalidArgumentError(absl::StrCat(
-                     "chunk at offset ", req.offset(), " with ", n, " bytes overruns block ",
-                     Hex(b->hash), " of block_bytes ", b->expected)));
+    FailBlock(b, absl::InvalidArgumentError(absl::StrCat("chunk at offset ", req.offset(), " with ",
+                                                         n, " bytes overruns block ", Hex(b->hash),
+                                                         " of block_bytes ", b->expected)));
     current_.reset();
     return;
   }
@@ -711,10 +711,9 @@ void PutBlocksReactor::Settle(std::unique_lock<std::mutex>& l) {
       // (byte_budget.h), so blocks larger than the budget, or than the tenant's share, go
       // through one at a time instead of all waiting out the admission timeout.
       const uint64_t want = std::max(kReadWindowBytes, message_bytes_) - reserve_left_;
-      if (lease_.Acquire(want, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
-                         [self = Ref(this)](const absl::Status& status) {
-                           self->OnBudget(status);
-                         })) {
+      if (lease_.Acquire(
+              want, std::chrono::milliseconds(ctx_->limits.admission_timeout_ms),
+              [self = Ref(this)](const absl::Status& status) { self->OnBudget(status); })) {
         held_bytes_ += want;
         reserve_left_ += want;
         read_pending_ = true;

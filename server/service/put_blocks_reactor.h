@@ -147,26 +147,26 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   // Later chunks of a rejected block are dropped silently (an optional: a rejected empty hash
   // is a hash too, so its later chunks give no extra results).
   std::optional<std::string> skip_hash_;
-  std::deque<BlockPtr> pending_;   // accepted blocks not yet committed, in stream order
+  std::deque<BlockPtr> pending_;  // accepted blocks not yet committed, in stream order
   std::vector<v1::BlockResult> results_;
-  uint64_t held_bytes_ = 0;        // budget bytes this stream holds (= lease_.held())
-  uint64_t reserve_left_ = 0;      // of the read window, not yet given to a block
+  uint64_t held_bytes_ = 0;    // budget bytes this stream holds (= lease_.held())
+  uint64_t reserve_left_ = 0;  // of the read window, not yet given to a block
   // The most one message may charge (kReadReserveBytes, plus its packed share once the
   // namespace is known and its RAW blocks go to the streaming encoder).
   uint64_t message_bytes_ = (uint64_t{1} << 20) + 4096;
   std::optional<uint64_t> declared_blocks_;  // the header's block_count, when not 0
   // The header's chain_continues: no commit of this stream ends the request.
   bool chain_continues_ = false;
-  uint64_t ticket_bytes_ = 0;      // what the lease waits for
-  uint64_t to_release_ = 0;        // budget bytes to give back (outside mu_)
-  bool waiting_budget_ = false;    // the lease waits; OnBudget comes
+  uint64_t ticket_bytes_ = 0;                         // what the lease waits for
+  uint64_t to_release_ = 0;                           // budget bytes to give back (outside mu_)
+  bool waiting_budget_ = false;                       // the lease waits; OnBudget comes
   std::chrono::steady_clock::time_point read_since_;  // when the pending read started
   CallWatchdog::Handle watch_ = 0;
-  bool watchdog_done_ = false;     // OnDone ran: arm nothing more
+  bool watchdog_done_ = false;  // OnDone ran: arm nothing more
   // Orders TryCancel (watchdog thread) before OnDone, after which the context is gone.
   std::mutex cancel_mu_;
   bool grpc_done_ = false;
-  int tasks_ = 0;                  // pool tasks in flight (encode, validate, commit)
+  int tasks_ = 0;  // pool tasks in flight (encode, validate, commit)
   bool committing_ = false;
   // The request's place in its chain across the store calls (one at a time) it takes.
   BlockStore::ChainCursor chain_;

@@ -29,9 +29,9 @@ namespace turbokv::server {
 struct ServiceContext {
   BlockStore* store = nullptr;
   NamespaceRegistry* registry = nullptr;
-  CodecPool* pool = nullptr;     // codec work (encode, decode, verify)
-  CodecPool* io_pool = nullptr;  // RocksDB reads and writes, unary calls
-  ByteBudget* budget = nullptr;  // server-wide request bytes in flight
+  CodecPool* pool = nullptr;         // codec work (encode, decode, verify)
+  CodecPool* io_pool = nullptr;      // RocksDB reads and writes, unary calls
+  ByteBudget* budget = nullptr;      // server-wide request bytes in flight
   CallWatchdog* watchdog = nullptr;  // idle streams, calls without a deadline
   Metrics* metrics = nullptr;
   Authenticator* auth = nullptr;  // nullptr: every caller is the admin of tenant ""

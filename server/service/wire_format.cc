@@ -11,20 +11,17 @@
 namespace turbokv::server {
 namespace {
 
+using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
 using google::protobuf::io::CodedOutputStream;
-using google::protobuf::internal::WireFormatLite;
 
 // The tags this file reads or writes (field number and wire type, as turbokv.proto has them).
-constexpr uint32_t kLookupNamespaceIdTag =
-    WireFormatLite::MakeTag(v1::LookupRequest::kNamespaceIdFieldNumber,
-                            WireFormatLite::WIRETYPE_FIXED64);
-constexpr uint32_t kLookupBlockHashesTag =
-    WireFormatLite::MakeTag(v1::LookupRequest::kBlockHashesFieldNumber,
-                            WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
-constexpr uint32_t kLookupLeaseSecondsTag =
-    WireFormatLite::MakeTag(v1::LookupRequest::kLeaseSecondsFieldNumber,
-                            WireFormatLite::WIRETYPE_VARINT);
+constexpr uint32_t kLookupNamespaceIdTag = WireFormatLite::MakeTag(
+    v1::LookupRequest::kNamespaceIdFieldNumber, WireFormatLite::WIRETYPE_FIXED64);
+constexpr uint32_t kLookupBlockHashesTag = WireFormatLite::MakeTag(
+    v1::LookupRequest::kBlockHashesFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kLookupLeaseSecondsTag = WireFormatLite::MakeTag(
+    v1::LookupRequest::kLeaseSecondsFieldNumber, WireFormatLite::WIRETYPE_VARINT);
 constexpr uint32_t kGetBlocksDataTag = WireFormatLite::MakeTag(
     v1::GetBlocksResponse::kDataFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 
@@ -51,10 +48,9 @@ grpc::ByteBuffer SerializeGetBlocksResponse(const v1::GetBlocksResponse& fields,
   uint8_t* at = fields.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(head.begin()));
   at = CodedOutputStream::WriteTagToArray(kGetBlocksDataTag, at);
   CodedOutputStream::WriteVarint64ToArray(payload.size, at);
-  grpc::Slice slices[2] = {
-      std::move(head),
-      grpc::Slice(const_cast<char*>(payload.data), payload.size, &ReleaseOwner,
-                  new std::shared_ptr<const void>(payload.owner))};
+  grpc::Slice slices[2] = {std::move(head),
+                           grpc::Slice(const_cast<char*>(payload.data), payload.size, &ReleaseOwner,
+                                       new std::shared_ptr<const void>(payload.owner))};
   return grpc::ByteBuffer(slices, 2);
 }
 

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-
 #include "grpcpp/support/byte_buffer.h"
 #include "turbokv/v1/turbokv.pb.h"
 

@@ -64,8 +64,7 @@ class BlockEventSink {
 
   // `hashes`: the block hashes (8..32 bytes each, as clients sent them) of blocks that are now
   // stored in `namespace_id`, in the order of the put.
-  virtual void OnBlocksStored(uint64_t namespace_id,
-                              absl::Span<const std::string_view> hashes) = 0;
+  virtual void OnBlocksStored(uint64_t namespace_id, absl::Span<const std::string_view> hashes) = 0;
   // `hashes`: blocks of `namespace_id` that are no longer stored, all for `reason`.
   virtual void OnBlocksRemoved(uint64_t namespace_id, absl::Span<const std::string_view> hashes,
                                RemovalReason reason) = 0;

@@ -135,8 +135,8 @@ class BlockIndex {
   std::vector<uint32_t> free_slots_;
   uint32_t slot_limit_ = 0;
   absl::flat_hash_set<uint32_t, SlotHash, SlotEq> keys_;
-  std::vector<uint64_t> namespace_ids_;  // by namespace slot
-  std::vector<uint32_t> namespace_tenants_;  // by namespace slot
+  std::vector<uint64_t> namespace_ids_;       // by namespace slot
+  std::vector<uint32_t> namespace_tenants_;   // by namespace slot
   std::vector<NamespaceUsage> tenant_usage_;  // by tenant
   absl::flat_hash_map<uint64_t, uint32_t> namespace_slots_;
   absl::flat_hash_map<uint64_t, NamespaceUsage> usage_;

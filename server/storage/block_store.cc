@@ -14,8 +14,8 @@
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
 #include "spdlog/spdlog.h"
-#include "xxhash.h"
 #include "turbokv/codec/status_macros.h"
+#include "xxhash.h"
 
 namespace turbokv::server {
 namespace {
@@ -159,8 +159,8 @@ absl::Status BlockStore::PutNamespace(const NamespaceRecord& record) {
   if (std::optional<NamespaceRecord> old = namespaces_->Get(record.id);
       old.has_value() && old->tenant != record.tenant) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "namespace ", absl::Hex(record.id, absl::kZeroPad16), " belongs to tenant \"",
-        old->tenant, "\", not \"", record.tenant, "\" (a namespace's tenant is fixed)"));
+        "namespace ", absl::Hex(record.id, absl::kZeroPad16), " belongs to tenant \"", old->tenant,
+        "\", not \"", record.tenant, "\" (a namespace's tenant is fixed)"));
   }
   {
     // Before the record is visible: a put to the namespace counts to its tenant.
@@ -399,8 +399,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
         // Does not fit even with everything evictable gone.
         const uint64_t used = index_.used_bytes() + std::max<int64_t>(reserved_bytes_, 0);
         refuse(absl::ResourceExhaustedError(absl::StrCat(
-            "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ",
-            capacity,
+            "block of ", blocks[i].value.size(), " bytes does not fit: ", used, " of ", capacity,
             " capacity bytes are in use or reserved by writes in flight, and none of them is "
             "evictable (leased, written by a request in flight, an earlier block of this "
             "request's prefix chain, or another tenant's within its share)")));
@@ -408,8 +407,9 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       }
       reserved += growth;
       reserved_bytes_ += growth;
-      reserve_for(tenant, static_cast<int64_t>(shape.value_bytes) -
-                              static_cast<int64_t>(credit_value), growth);
+      reserve_for(tenant,
+                  static_cast<int64_t>(shape.value_bytes) - static_cast<int64_t>(credit_value),
+                  growth);
       accepted_size[keys[i]] = {charge, shape.value_bytes};
       accepted.push_back(i);
     }
@@ -497,8 +497,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     m.sequence = records[k].sequence;
     s = FromRocksDb(batch.Put(cf_meta_, keys[i], format::EncodeMeta(m)), "batch put");
     if (s.ok()) {
-      s = FromRocksDb(batch.Put(cf_access_, keys[i], EncodeAccess(now, touches[i])),
-                      "batch put");
+      s = FromRocksDb(batch.Put(cf_access_, keys[i], EncodeAccess(now, touches[i])), "batch put");
     }
   }
   if (s.ok()) s = Write(&batch, /*durable=*/true);
@@ -570,8 +569,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       RequestInfo info = InfoFor(*chain, now);
       info.last_in_call = k + 1 == accepted.size() && chain->call_ends_request;
       policy_->OnInsert(slot, parent, Fingerprint(slot),
-                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
-                                                                 UINT32_MAX)),
+                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX)),
                         tenant, info);
       chain->own.insert(slot);
       chain->last_slot = slot;
@@ -687,9 +685,10 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
   if (!corrupt.empty()) {
     checksum_log_.Add(corrupt.size() - 1);
     if (checksum_log_.Due(now)) {
-      spdlog::warn("deleting stored blocks that failed verification: key {} ({} since the last "
-                   "such line)", absl::BytesToHexString(corrupt.front()),
-                   checksum_log_.TakeCount());
+      spdlog::warn(
+          "deleting stored blocks that failed verification: key {} ({} since the last "
+          "such line)",
+          absl::BytesToHexString(corrupt.front()), checksum_log_.TakeCount());
     }
     TURBOKV_RETURN_IF_ERROR(DeleteKeys(corrupt, RemovalReason::kCorrupt).status());
   }
@@ -763,8 +762,8 @@ absl::StatusOr<uint64_t> BlockStore::DeleteBlocks(uint64_t namespace_id,
   return DeleteKeys(std::move(keys), RemovalReason::kDeleted);
 }
 
-absl::StatusOr<uint64_t> BlockStore::DeleteKeys(std::vector<std::string> keys,
-                                                RemovalReason reason, int64_t only_expired_at) {
+absl::StatusOr<uint64_t> BlockStore::DeleteKeys(std::vector<std::string> keys, RemovalReason reason,
+                                                int64_t only_expired_at) {
   if (keys.empty()) return 0;
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());

@@ -113,17 +113,17 @@ inline constexpr size_t kMaxBlockHashBytes = 32;
 struct NamespaceStatsEntry {
   NamespaceRecord record;
   uint64_t blocks = 0;
-  uint64_t value_bytes = 0;  // packed bytes stored
+  uint64_t value_bytes = 0;    // packed bytes stored
   uint64_t logical_bytes = 0;  // blocks * logical_block_bytes
 };
 
 // What the repair on open found and did (store_repair.h). All zero/false for an intact store.
 struct RepairReport {
-  bool access_rebuilt = false;      // `access` dropped and recreated (recency from put times)
-  bool namespaces_rebuilt = false;  // one namespace copy rebuilt from the other
-  bool salvaged = false;            // the metadata rebuilt from the value log
-  uint64_t salvaged_blocks = 0;     // blocks the salvage recovered
-  uint64_t dropped_blocks = 0;      // blocks known before the damage and not recovered
+  bool access_rebuilt = false;        // `access` dropped and recreated (recency from put times)
+  bool namespaces_rebuilt = false;    // one namespace copy rebuilt from the other
+  bool salvaged = false;              // the metadata rebuilt from the value log
+  uint64_t salvaged_blocks = 0;       // blocks the salvage recovered
+  uint64_t dropped_blocks = 0;        // blocks known before the damage and not recovered
   std::vector<std::string> findings;  // what was damaged, one line each (logged)
 };
 
@@ -133,13 +133,13 @@ struct StoreStats {
   uint64_t value_bytes = 0;  // packed bytes of all values
   uint64_t blocks = 0;
   uint64_t logical_bytes = 0;
-  uint64_t evicted_blocks = 0;                  // since open, for capacity or quota
-  uint64_t evicted_bytes = 0;                   // charged bytes evicted since open
-  uint64_t quota_evicted_blocks = 0;            // ... of which to keep a tenant in its quota
+  uint64_t evicted_blocks = 0;        // since open, for capacity or quota
+  uint64_t evicted_bytes = 0;         // charged bytes evicted since open
+  uint64_t quota_evicted_blocks = 0;  // ... of which to keep a tenant in its quota
   uint64_t quota_evicted_bytes = 0;
-  uint64_t expired_blocks = 0;                  // TTL expiries since open
-  uint64_t checksum_failures = 0;               // since open
-  RepairReport repair;                          // what the open repaired
+  uint64_t expired_blocks = 0;     // TTL expiries since open
+  uint64_t checksum_failures = 0;  // since open
+  RepairReport repair;             // what the open repaired
   // Allocated bytes of the data directory (value log, RocksDB's files, the reserve), as of
   // the last maintenance pass.
   uint64_t disk_bytes = 0;
@@ -228,9 +228,9 @@ class BlockStore {
   // block of its own request (the block being put hangs below it). Start with a
   // default-constructed cursor per request; one call at a time per cursor.
   struct ChainCursor {
-    uint64_t request = 0;          // the store's number for the request (0: not yet numbered)
-    uint32_t last_slot = kNoSlot;  // the request's last placed block
-    uint64_t last_sequence = 0;    // ... its write sequence (its slot may be reused since)
+    uint64_t request = 0;               // the store's number for the request (0: not yet numbered)
+    uint32_t last_slot = kNoSlot;       // the request's last placed block
+    uint64_t last_sequence = 0;         // ... its write sequence (its slot may be reused since)
     absl::flat_hash_set<uint32_t> own;  // slots of the blocks this request put
     // A block of this request did not fit: the later ones are refused too (they would hang
     // below a gap, where no Lookup reaches them).
@@ -245,9 +245,10 @@ class BlockStore {
   // Stores blocks. Returns one status per block: OK (stored and durable per the durability
   // option), InvalidArgument (bad hash), ResourceExhausted (does not fit even after evicting
   // everything evictable, or the disk is full; once a block of the request did not fit, every
-  // later block of it too, since a chain with a gap is only matched up to the gap). NotFound for every block when the namespace
-  // is unknown; Unavailable/Internal for every block when the write fails. `chain`: the
-  // request's cursor when it spans several calls; null: this call is the whole request.
+  // later block of it too, since a chain with a gap is only matched up to the gap). NotFound for
+  // every block when the namespace is unknown; Unavailable/Internal for every block when the write
+  // fails. `chain`: the request's cursor when it spans several calls; null: this call is the whole
+  // request.
   std::vector<absl::Status> PutBlocks(uint64_t namespace_id, absl::Span<const BlockWrite> blocks,
                                       ChainCursor* chain = nullptr);
 
@@ -264,8 +265,8 @@ class BlockStore {
   // GetBlocks without copying the values again (the request path hands them to gRPC as they
   // are). Same results, errors and side effects.
   [[nodiscard]] absl::StatusOr<std::vector<std::optional<PinnedValue>>> GetPinnedBlocks(
-      uint64_t namespace_id, absl::Span<const std::string_view> hashes,
-      bool* would_block = nullptr, ChainCursor* chain = nullptr);
+      uint64_t namespace_id, absl::Span<const std::string_view> hashes, bool* would_block = nullptr,
+      ChainCursor* chain = nullptr);
 
   // Number of leading hashes of the prefix chain that are stored (index only, no value I/O).
   // Matched blocks count as used (the eviction policy's hit); with lease_seconds > 0 they are
@@ -383,7 +384,7 @@ class BlockStore {
   rocksdb::ColumnFamilyHandle* cf_access_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_namespaces_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_namespaces_copy_ = nullptr;
-  RepairReport repair_;  // set by OpenDb
+  RepairReport repair_;       // set by OpenDb
   OpenTimings open_timings_;  // set by Open
   std::unique_ptr<ValueLog> log_;
   std::unique_ptr<NamespaceTable> namespaces_;
@@ -395,7 +396,7 @@ class BlockStore {
   uint64_t AllocateSequences(uint64_t n);
   absl::Status LoadSequenceMark();
   std::atomic<uint64_t> next_sequence_{1};
-  std::mutex sequence_mu_;          // guards sequence_mark_ and its writes
+  std::mutex sequence_mu_;  // guards sequence_mark_ and its writes
   std::atomic<uint64_t> sequence_mark_{0};
 
   LogEvery refused_log_, write_failure_log_, checksum_log_;

@@ -86,18 +86,18 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOption
   if (!verifier) return absl::InvalidArgumentError("BlockStore::Open needs a value verifier");
   spdlog::info("RocksDB's CRC32C (WAL records) runs on {}", RocksDbCrc32cImplementation());
   Stopwatch watch;
-  std::unique_ptr<BlockStore> store(
-      new BlockStore(options, std::move(verifier), clock, events));
+  std::unique_ptr<BlockStore> store(new BlockStore(options, std::move(verifier), clock, events));
   TURBOKV_RETURN_IF_ERROR(store->OpenDb());
   TURBOKV_RETURN_IF_ERROR(store->Recover());
   store->disk_.CreateReserve();
   store->MeasureDisk();
   OpenTimings& t = store->open_timings_;
   t.total = watch.Lap();
-  spdlog::info("store opened in {:.3f} s ({:.3f} s CPU): {} blocks; repair check {:.3f} s, "
-               "RocksDB open {:.3f} s, index scan {:.3f} s, policy {:.3f} s, reclaim {:.3f} s",
-               t.total.wall_s, t.total.cpu_s, store->Stats().blocks, t.repair_check.wall_s,
-               t.rocksdb_open.wall_s, t.scan.wall_s, t.policy.wall_s, t.reclaim.wall_s);
+  spdlog::info(
+      "store opened in {:.3f} s ({:.3f} s CPU): {} blocks; repair check {:.3f} s, "
+      "RocksDB open {:.3f} s, index scan {:.3f} s, policy {:.3f} s, reclaim {:.3f} s",
+      t.total.wall_s, t.total.cpu_s, store->Stats().blocks, t.repair_check.wall_s,
+      t.rocksdb_open.wall_s, t.scan.wall_s, t.policy.wall_s, t.reclaim.wall_s);
   if (options.maintenance_interval_ms > 0) {
     store->maintenance_ = std::thread([s = store.get()] { s->MaintenanceLoop(); });
   }
@@ -145,11 +145,11 @@ absl::Status BlockStore::OpenDb() {
   log_options.segment_bytes = options_.segment_bytes;
   log_options.sync = options_.durability == Durability::kFsync;
   TURBOKV_ASSIGN_OR_RETURN(log_, ValueLog::Open(log_options));
-  namespaces_ = std::make_unique<NamespaceTable>(db_, cf_namespaces_, cf_namespaces_copy_,
-                                                 log_.get(), [this] {
-                                                   return AllocateSequences(1);
-                                                 });
-  TURBOKV_ASSIGN_OR_RETURN(policy_, MakeEvictionPolicy(options_.eviction_policy, options_.capacity_bytes));
+  namespaces_ =
+      std::make_unique<NamespaceTable>(db_, cf_namespaces_, cf_namespaces_copy_, log_.get(),
+                                       [this] { return AllocateSequences(1); });
+  TURBOKV_ASSIGN_OR_RETURN(policy_,
+                           MakeEvictionPolicy(options_.eviction_policy, options_.capacity_bytes));
   open_timings_.rocksdb_open = watch.Lap();
   return absl::OkStatus();
 }
@@ -252,8 +252,8 @@ absl::Status BlockStore::Recover() {
       while (access->Valid() && access->key().compare(key) < 0) access->Next();
       if (access->Valid() && access->key() == key &&
           (access->value().size() == 8 || access->value().size() == 16)) {
-        last_access = std::max<int64_t>(
-            last_access, static_cast<int64_t>(GetFixed64LE(access->value().data())));
+        last_access = std::max<int64_t>(last_access,
+                                        static_cast<int64_t>(GetFixed64LE(access->value().data())));
         if (access->value().size() == 16) touch = GetFixed64LE(access->value().data() + 8);
       }
       // Written before the touch number existed: last use, one step per second.
@@ -276,9 +276,9 @@ absl::Status BlockStore::Recover() {
       const uint32_t slot =
           index_.Insert(ns, std::string_view(key.data() + 8, key.size() - 8), m.sequence, where,
                         static_cast<uint32_t>(std::max<int64_t>(last_access, 0)));
-      order.push_back(Restart{touch, Fingerprint(slot), slot,
-                              static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
-                                                                       UINT32_MAX))});
+      order.push_back(
+          Restart{touch, Fingerprint(slot), slot,
+                  static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX))});
       if (cached_ttl != 0) {
         ++ttl_blocks_;
         QueueExpiry(slot);
@@ -304,7 +304,8 @@ absl::Status BlockStore::Recover() {
   if (next_sequence_.load() <= max_sequence) next_sequence_.store(max_sequence + 1);
   if (lost > 0) {
     repair_.dropped_blocks += lost;
-    repair_.findings.push_back(absl::StrCat(lost, " blocks have no value-log record (a "
+    repair_.findings.push_back(absl::StrCat(lost,
+                                            " blocks have no value-log record (a "
                                             "segment cut short or removed): dropped"));
     spdlog::error("data directory {} is damaged: {}", options_.data_dir, repair_.findings.back());
   }
@@ -318,8 +319,10 @@ absl::Status BlockStore::Recover() {
     TURBOKV_RETURN_IF_ERROR(Write(&batch, /*durable=*/true));
   }
   if (const uint64_t freed = log_->ReclaimGarbage(); freed > 0) {
-    spdlog::info("value log: {} bytes no block references deallocated (writes a crash left "
-                 "uncommitted, deallocations it interrupted)", freed);
+    spdlog::info(
+        "value log: {} bytes no block references deallocated (writes a crash left "
+        "uncommitted, deallocations it interrupted)",
+        freed);
   }
   open_timings_.reclaim = watch.Lap();
   return MigrateLegacyValues(std::move(legacy));
@@ -339,8 +342,8 @@ absl::Status BlockStore::MigrateLegacyValues(std::vector<std::string> keys) {
     }
     std::vector<rocksdb::PinnableSlice> values(slices.size());
     std::vector<rocksdb::Status> statuses(slices.size());
-    db_->MultiGet(rocksdb::ReadOptions(), cf_blocks_, slices.size(), slices.data(),
-                  values.data(), statuses.data());
+    db_->MultiGet(rocksdb::ReadOptions(), cf_blocks_, slices.size(), slices.data(), values.data(),
+                  statuses.data());
     std::vector<RecordWrite> records;
     std::vector<size_t> of;  // records[k] is slices[of[k]]
     rocksdb::WriteBatch batch;
@@ -352,8 +355,7 @@ absl::Status BlockStore::MigrateLegacyValues(std::vector<std::string> keys) {
           statuses[j].ok() &&
           db_->Get(rocksdb::ReadOptions(), cf_meta_, slices[j], &meta_value).ok() &&
           format::DecodeMeta(meta_value, &m) &&
-          verifier_(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
-                                              v.size()))
+          verifier_(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size()))
               .ok() &&
           (m.checksum == 0 || TrailerOf(v) == m.checksum);
       if (!ok) {
@@ -394,12 +396,11 @@ absl::Status BlockStore::MigrateLegacyValues(std::vector<std::string> keys) {
     }
     std::lock_guard<std::mutex> l(mu_);
     for (size_t k = 0; k < records.size(); ++k) {
-      const uint32_t slot = index_.Insert(records[k].namespace_id, records[k].hash,
-                                          records[k].sequence, placed[k],
-                                          static_cast<uint32_t>(std::max<int64_t>(now, 0)));
+      const uint32_t slot =
+          index_.Insert(records[k].namespace_id, records[k].hash, records[k].sequence, placed[k],
+                        static_cast<uint32_t>(std::max<int64_t>(now, 0)));
       policy_->OnInsert(slot, kNoSlot, Fingerprint(slot),
-                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot),
-                                                                 UINT32_MAX)),
+                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX)),
                         index_.tenant(slot), RequestInfo{});
       if (namespaces_->TtlSeconds(records[k].namespace_id) != 0) {
         ++ttl_blocks_;
@@ -432,8 +433,8 @@ void BlockStore::CloseDb() {
   if (namespaces_ != nullptr) (void)FlushAccessTimes();
   rocksdb::FlushOptions flush;
   flush.wait = true;
-  std::vector<rocksdb::ColumnFamilyHandle*> all = {cf_default_, cf_blocks_,     cf_meta_,
-                                                   cf_access_,  cf_namespaces_, cf_namespaces_copy_};
+  std::vector<rocksdb::ColumnFamilyHandle*> all = {
+      cf_default_, cf_blocks_, cf_meta_, cf_access_, cf_namespaces_, cf_namespaces_copy_};
   all.erase(std::remove(all.begin(), all.end(), nullptr), all.end());
   (void)db_->Flush(flush, all);
   for (rocksdb::ColumnFamilyHandle* h : all) (void)db_->DestroyColumnFamilyHandle(h);
@@ -455,9 +456,8 @@ absl::Status BlockStore::FlushAccessTimes() {
       std::string key;
       format::PutFixed64BE(&key, index_.NamespaceId(e.namespace_slot));
       key.append(e.hash_view());
-      TURBOKV_RETURN_IF_ERROR(
-          FromRocksDb(batch.Put(cf_access_, key, EncodeAccess(e.last_access, d.touch)),
-                      "batch put"));
+      TURBOKV_RETURN_IF_ERROR(FromRocksDb(
+          batch.Put(cf_access_, key, EncodeAccess(e.last_access, d.touch)), "batch put"));
     }
     dirty_access_.clear();
   }
@@ -549,10 +549,10 @@ absl::Status BlockStore::LockDataDir() {
     if (err == EWOULDBLOCK) {
       std::string pid(holder, n > 0 ? static_cast<size_t>(n) : 0);
       while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "data directory ", options_.data_dir, " is in use by another turbokv-server",
-          pid.empty() ? std::string() : absl::StrCat(" (pid ", pid, ")"),
-          "; stop it or choose another --data-dir"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("data directory ", options_.data_dir, " is in use by another turbokv-server",
+                       pid.empty() ? std::string() : absl::StrCat(" (pid ", pid, ")"),
+                       "; stop it or choose another --data-dir"));
     }
     return absl::UnavailableError(absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
   }

@@ -27,8 +27,7 @@ uint64_t BlockStore::QuotaOf(uint32_t tenant) const {
 
 BlockStore::InFlight& BlockStore::ReservedOf(uint32_t tenant) { return tenant_reserved_[tenant]; }
 
-void BlockStore::ReleaseTenantReservations(
-    const absl::flat_hash_map<uint32_t, InFlight>& added) {
+void BlockStore::ReleaseTenantReservations(const absl::flat_hash_map<uint32_t, InFlight>& added) {
   for (const auto& [tenant, a] : added) {
     tenant_reserved_[tenant].value_bytes -= a.value_bytes;
     tenant_reserved_[tenant].charge -= a.charge;
@@ -55,9 +54,8 @@ std::vector<uint32_t> BlockStore::PickQuotaVictims(uint32_t tenant, uint64_t val
   // second call could not go on up a chain whose tail the first one listed (its blocks are
   // still live, so their parents are not leaves yet).
   const NamespaceUsage u = index_.TenantUsage(tenant);
-  const double ratio = u.value_bytes > 0 ? static_cast<double>(u.charge) /
-                                               static_cast<double>(u.value_bytes)
-                                         : 1.0;
+  const double ratio =
+      u.value_bytes > 0 ? static_cast<double>(u.charge) / static_cast<double>(u.value_bytes) : 1.0;
   auto ask = static_cast<uint64_t>(static_cast<double>(value_bytes) * std::max(ratio, 1.0)) + 1;
   std::vector<uint32_t> out;
   for (;;) {
@@ -110,16 +108,15 @@ std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t p
     if (const uint64_t quota = QuotaOf(load.tenant); quota != 0) {
       // The charged bytes of a quota's worth of its blocks (1:1 for a tenant without blocks).
       const NamespaceUsage u = index_.TenantUsage(load.tenant);
-      const double ratio = u.value_bytes > 0 ? static_cast<double>(u.charge) /
-                                                   static_cast<double>(u.value_bytes)
-                                             : 1.0;
+      const double ratio = u.value_bytes > 0
+                               ? static_cast<double>(u.charge) / static_cast<double>(u.value_bytes)
+                               : 1.0;
       load.cap = static_cast<uint64_t>(static_cast<double>(quota) * ratio);
     }
   }
   // Max-min fair shares (water-filling): the smallest caps first, each tenant the lesser of
   // its cap and an equal part of what is left.
-  std::sort(loads.begin(), loads.end(),
-            [](const Load& a, const Load& b) { return a.cap < b.cap; });
+  std::sort(loads.begin(), loads.end(), [](const Load& a, const Load& b) { return a.cap < b.cap; });
   // Shares of what eviction works down to, so that a store above high_watermark always has a
   // tenant above its share (unless every tenant is capped by a quota below its equal part).
   const auto low =

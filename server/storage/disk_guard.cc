@@ -89,8 +89,8 @@ absl::Status DiskGuard::CheckRoom(uint64_t incoming_bytes, int64_t now) {
   free_bytes = FreeBytes();
   if (free_bytes >= headroom) return absl::OkStatus();
   absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
-      "the data directory's filesystem has ", free_bytes, " bytes free; puts stop below ",
-      headroom, " so RocksDB can still flush (free disk space, or lower --capacity)"));
+      "the data directory's filesystem has ", free_bytes, " bytes free; puts stop below ", headroom,
+      " so RocksDB can still flush (free disk space, or lower --capacity)"));
   if (refused_log_.Due(now)) {
     spdlog::warn("put refused (RESOURCE_EXHAUSTED, {} since the last such line): {}",
                  refused_log_.TakeCount(), std::string(full.message()));
@@ -127,8 +127,7 @@ DiskUsage DiskGuard::Measure(const ValueLog& log) const {
   // Never throws (the non-throwing increment): a listing that fails part way, e.g. the
   // directory removed under a running server, counts what it saw.
   std::error_code ec;
-  for (fs::directory_iterator it(options_.data_dir, ec), end; !ec && it != end;
-       it.increment(ec)) {
+  for (fs::directory_iterator it(options_.data_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& p = it->path();
     std::error_code file_ec;
     if (!it->is_regular_file(file_ec)) continue;  // values/ and salvage leftovers

@@ -36,7 +36,7 @@ struct DiskUsage {
   // RocksDB's other files (info LOG, MANIFEST, OPTIONS, ...): bounded by their options
   // (store_format.cc: about 13 MiB at most), not counted against the capacity.
   uint64_t other = 0;
-  uint64_t reserve = 0;   // the RESERVE file
+  uint64_t reserve = 0;  // the RESERVE file
   // What --capacity bounds.
   uint64_t counted() const { return values + metadata; }
   uint64_t total() const { return values + metadata + other + reserve; }

@@ -62,8 +62,8 @@ void LruPolicy::Place(uint32_t slot, uint32_t parent) {
   }
 }
 
-void LruPolicy::OnInsert(uint32_t slot, uint32_t parent, uint64_t /*fingerprint*/,
-                         uint32_t charge, uint32_t tenant, const RequestInfo& /*info*/) {
+void LruPolicy::OnInsert(uint32_t slot, uint32_t parent, uint64_t /*fingerprint*/, uint32_t charge,
+                         uint32_t tenant, const RequestInfo& /*info*/) {
   if (slot == kNoSlot || Live(slot)) return;
   if (slot >= nodes_.size()) nodes_.resize(size_t{slot} + 1);
   Node& n = nodes_[slot];

@@ -71,10 +71,10 @@ class EvictionPolicy {
   virtual std::string_view name() const = 0;
 
   // Block `slot` was stored. `slot` is not live (a put of a block already stored is an OnHit, or
-  // OnErase(kDeleted) then OnInsert when its charge changes); `parent` is a live slot or kNoSlot. `fingerprint`: a 64-bit hash of the block's
-  // storage key (namespace and block hash), so a block that comes back after an eviction is
-  // recognized; 0 = none. `charge`: bytes it counts against the capacity (< 2^31). `tenant`:
-  // its owner, for SelectVictims' filter.
+  // OnErase(kDeleted) then OnInsert when its charge changes); `parent` is a live slot or kNoSlot.
+  // `fingerprint`: a 64-bit hash of the block's storage key (namespace and block hash), so a block
+  // that comes back after an eviction is recognized; 0 = none. `charge`: bytes it counts against
+  // the capacity (< 2^31). `tenant`: its owner, for SelectVictims' filter.
   virtual void OnInsert(uint32_t slot, uint32_t parent, uint64_t fingerprint, uint32_t charge,
                         uint32_t tenant, const RequestInfo& info) = 0;
   // Lookup matched live block `slot`, or GetBlocks returned it. `parent`: the previous block of

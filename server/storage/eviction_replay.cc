@@ -138,8 +138,7 @@ ReplayResult Run(absl::Span<const TraceRequest> trace, EvictionPolicy& policy,
       const RequestInfo call_info = numbered(call);
       for (size_t j = 0; j < matched; ++j) {
         if (belady != nullptr) belady->set_next_use(next_use[event + j]);
-        policy.OnHit(chain[j], j == 0 ? kNoSlot : chain[j - 1], FingerprintOf(ids[j]),
-                     call_info);
+        policy.OnHit(chain[j], j == 0 ? kNoSlot : chain[j - 1], FingerprintOf(ids[j]), call_info);
       }
     }
     event += matched;
@@ -171,8 +170,8 @@ ReplayResult Run(absl::Span<const TraceRequest> trace, EvictionPolicy& policy,
           continue;
         }
         victims.clear();
-        policy.SelectVictims(policy.charged_bytes() + charge - options.capacity_bytes,
-                             std::nullopt, evictable, &victims);
+        policy.SelectVictims(policy.charged_bytes() + charge - options.capacity_bytes, std::nullopt,
+                             evictable, &victims);
         for (uint32_t v : victims) {
           policy.OnErase(v, FingerprintOf(id_of[v]), EraseReason::kEvicted);
           slot_of.erase(id_of[v]);

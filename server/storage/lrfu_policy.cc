@@ -73,9 +73,7 @@ double LrfuPolicy::CapacityBlocks() const {
   return std::max(1.0, static_cast<double>(options_.capacity_bytes) / mean_charge);
 }
 
-double LrfuPolicy::HalfLifeAccesses() const {
-  return std::max(1.0, half_life_ * CapacityBlocks());
-}
+double LrfuPolicy::HalfLifeAccesses() const { return std::max(1.0, half_life_ * CapacityBlocks()); }
 
 uint32_t LrfuPolicy::ParentOf(uint32_t slot) const {
   const uint32_t p = nodes_[slot].parent;
@@ -186,8 +184,8 @@ void LrfuPolicy::Sample(uint64_t mixed, uint64_t request, bool last_in_call, uin
     if (!Sampled(mixed)) return;
   }
   const double rate = sample_rate();
-  const double capacity_bytes = static_cast<double>(
-      options_.capacity_bytes != 0 ? options_.capacity_bytes : bytes_);
+  const double capacity_bytes =
+      static_cast<double>(options_.capacity_bytes != 0 ? options_.capacity_bytes : bytes_);
   const auto shadow_bytes = static_cast<uint64_t>(capacity_bytes * rate);
   const double shadow_blocks = std::max(1.0, cap_blocks * rate);
   // Scores forget hits older than about one turnover of a shadow (at least 1000 accesses).
@@ -221,8 +219,7 @@ void LrfuPolicy::MaybeRetune() {
   Rescale(from, HalfLifeAccesses());
 }
 
-void LrfuPolicy::Tick(uint64_t fingerprint, uint64_t request, bool last_in_call,
-                      uint32_t charge) {
+void LrfuPolicy::Tick(uint64_t fingerprint, uint64_t request, bool last_in_call, uint32_t charge) {
   clock_ += 1;
   if (clock_ - base_ > std::max(kRebaseAccesses, 4 * HalfLifeAccesses())) Rebase();
   const size_t ghosts = static_cast<size_t>(options_.ghost_ratio * CapacityBlocks());

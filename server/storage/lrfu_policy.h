@@ -102,8 +102,8 @@ class LrfuPolicy final : public EvictionPolicy {
   static constexpr uint32_t kLeafBit = 1u << 31;
   struct Node {
     uint32_t parent = kNoSlot;
-    uint32_t charge_leaf = 0;  // charge (low 31 bits) | kLeafBit while a leaf
-    float key = 0;             // LRFU key relative to base_
+    uint32_t charge_leaf = 0;      // charge (low 31 bits) | kLeafBit while a leaf
+    float key = 0;                 // LRFU key relative to base_
     uint32_t pos_or_children = 0;  // leaf: its place in heap_; inner: live children naming it
     uint32_t tenant = 0;
     uint16_t request = 0;    // low bits of the last request that accessed it

@@ -118,8 +118,7 @@ std::string EncodeNamespaceValue(const NamespaceRecord& record, const RecordLoca
 }
 
 absl::StatusOr<NamespaceRecord> DecodeNamespaceValue(uint64_t id, std::string_view v,
-                                                     RecordLocation* location,
-                                                     uint64_t* sequence) {
+                                                     RecordLocation* location, uint64_t* sequence) {
   *location = RecordLocation{};
   *sequence = 0;
   if (v.size() < kV1Header) return Malformed(id, v.size());
@@ -147,7 +146,11 @@ absl::StatusOr<NamespaceRecord> DecodeNamespaceValue(uint64_t id, std::string_vi
 NamespaceTable::NamespaceTable(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* primary,
                                rocksdb::ColumnFamilyHandle* copy, ValueLog* log,
                                std::function<uint64_t()> next_sequence)
-    : db_(db), primary_(primary), copy_(copy), log_(log), next_sequence_(std::move(next_sequence)) {}
+    : db_(db),
+      primary_(primary),
+      copy_(copy),
+      log_(log),
+      next_sequence_(std::move(next_sequence)) {}
 
 absl::StatusOr<NamespaceTable::Entry> NamespaceTable::Write(const NamespaceRecord& record,
                                                             int64_t now) {
@@ -196,8 +199,8 @@ absl::Status NamespaceTable::Load(int64_t now) {
     TURBOKV_RETURN_IF_ERROR(FromRocksDb(it->status(), "scan namespaces"));
   }
   rocksdb::WriteBatch fix;
-  for (auto [from, to, cf] : {std::tuple{&in_primary, &in_copy, copy_},
-                              std::tuple{&in_copy, &in_primary, primary_}}) {
+  for (auto [from, to, cf] :
+       {std::tuple{&in_primary, &in_copy, copy_}, std::tuple{&in_copy, &in_primary, primary_}}) {
     for (const auto& [id, v] : *from) {
       if (!to->contains(id)) {
         TURBOKV_RETURN_IF_ERROR(FromRocksDb(fix.Put(cf, NamespaceKey(id), v), "batch put"));

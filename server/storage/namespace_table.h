@@ -53,8 +53,10 @@ std::string NamespaceLogValue(const NamespaceRecord& record);
 // written before the value log existed carry no place (then *location is left zero).
 std::string EncodeNamespaceValue(const NamespaceRecord& record, const RecordLocation& location,
                                  uint64_t sequence);
-[[nodiscard]] absl::StatusOr<NamespaceRecord> DecodeNamespaceValue(
-    uint64_t id, std::string_view value, RecordLocation* location, uint64_t* sequence);
+[[nodiscard]] absl::StatusOr<NamespaceRecord> DecodeNamespaceValue(uint64_t id,
+                                                                   std::string_view value,
+                                                                   RecordLocation* location,
+                                                                   uint64_t* sequence);
 
 class NamespaceTable {
  public:
@@ -83,7 +85,7 @@ class NamespaceTable {
 
   std::optional<NamespaceRecord> Get(uint64_t id) const;
   bool Contains(uint64_t id) const;
-  uint32_t TtlSeconds(uint64_t id) const;  // 0 when unknown
+  uint32_t TtlSeconds(uint64_t id) const;     // 0 when unknown
   std::vector<NamespaceRecord> List() const;  // sorted by id
 
  private:

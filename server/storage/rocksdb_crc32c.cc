@@ -20,9 +20,9 @@ uint32_t Extend(uint32_t init_crc, const char* data, size_t n);
 // identifiers). SYMBOL is rocksdb::crc32c::Extend(unsigned int, char const*, unsigned long).
 // NOLINTBEGIN(bugprone-reserved-identifier,readability-identifier-naming)
 extern "C" uint32_t __real__ZN7rocksdb6crc32c6ExtendEjPKcm(uint32_t crc, const char* data,
-                                                            size_t n);
+                                                           size_t n);
 extern "C" uint32_t __wrap__ZN7rocksdb6crc32c6ExtendEjPKcm(uint32_t crc, const char* data,
-                                                            size_t n);
+                                                           size_t n);
 // NOLINTEND(bugprone-reserved-identifier,readability-identifier-naming)
 #endif
 
@@ -60,8 +60,9 @@ Choice Choose() {
     return {&RocksDbOwn, "rocksdb"};
   }
   if (!Crc32cAgrees(&IsalExtend, &RocksDbOwn)) {
-    spdlog::error("ISA-L's CRC32C disagrees with RocksDB's own on the self-test: RocksDB keeps "
-                  "its software CRC32C");
+    spdlog::error(
+        "ISA-L's CRC32C disagrees with RocksDB's own on the self-test: RocksDB keeps "
+        "its software CRC32C");
     return {&RocksDbOwn, "rocksdb"};
   }
   return {&IsalExtend, "isa-l"};
@@ -122,7 +123,7 @@ uint32_t RocksDbCrc32cExtend(uint32_t crc, std::string_view data) {
 #if TURBOKV_ROCKSDB_CRC32C_WRAPPED
 // NOLINTNEXTLINE(bugprone-reserved-identifier,readability-identifier-naming)
 extern "C" uint32_t __wrap__ZN7rocksdb6crc32c6ExtendEjPKcm(uint32_t crc, const char* data,
-                                                            size_t n) {
+                                                           size_t n) {
   return turbokv::server::Chosen().extend(crc, data, n);
 }
 #endif

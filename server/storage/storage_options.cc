@@ -55,7 +55,8 @@ const OptionTable<StorageOptions>& StorageOptionTable() {
               OptionUnit::kFraction,
               "Evict the eviction policy's least valuable unleased blocks down to this fraction "
               "(at most --high-watermark)");
-    t->Text("--eviction-policy", "storage.eviction_policy", &O::eviction_policy, "", {"lrfu", "lru"},
+    t->Text("--eviction-policy", "storage.eviction_policy", &O::eviction_policy, "",
+            {"lrfu", "lru"},
             "Which blocks go first when the store is full: lrfu (knows the prefix tree: a "
             "chain's tail before its head; recency and frequency weighed with a half-life it "
             "tunes itself; docs/cache.md) or lru (least recently used, in chain order)");
@@ -79,9 +80,10 @@ absl::Status StorageOptions::Validate() const {
   if (data_dir.empty()) return absl::InvalidArgumentError("storage.data_dir must not be empty");
   if (absl::Status s = StorageOptionTable().Validate(*this); !s.ok()) return s;
   if (low_watermark > high_watermark) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "storage.low_watermark ", low_watermark, " (--low-watermark) is above "
-        "storage.high_watermark ", high_watermark, " (--high-watermark)"));
+    return absl::InvalidArgumentError(absl::StrCat("storage.low_watermark ", low_watermark,
+                                                   " (--low-watermark) is above "
+                                                   "storage.high_watermark ",
+                                                   high_watermark, " (--high-watermark)"));
   }
   return absl::OkStatus();
 }

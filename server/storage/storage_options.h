@@ -1,5 +1,5 @@
-// Options of the block store (docs/server.md, "Storage"). Built by main.cc from flags, or directly by
-// tests; nested in ServerOptions (server/server_options.h). Each field's default is its
+// Options of the block store (docs/server.md, "Storage"). Built by main.cc from flags, or directly
+// by tests; nested in ServerOptions (server/server_options.h). Each field's default is its
 // initializer below; its flag, range and help are in StorageOptionTable() (storage_options.cc).
 #ifndef TURBOKV_SERVER_STORAGE_STORAGE_OPTIONS_H_
 #define TURBOKV_SERVER_STORAGE_STORAGE_OPTIONS_H_

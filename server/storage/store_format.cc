@@ -9,7 +9,8 @@
 namespace turbokv::server::format {
 
 uint64_t WriteBufferBytes(const StorageOptions& options) {
-  return std::clamp<uint64_t>(options.capacity_bytes / 256, uint64_t{256} << 10, uint64_t{16} << 20);
+  return std::clamp<uint64_t>(options.capacity_bytes / 256, uint64_t{256} << 10,
+                              uint64_t{16} << 20);
 }
 
 rocksdb::DBOptions DbOptions(const StorageOptions& options) {
@@ -61,8 +62,8 @@ rocksdb::ColumnFamilyOptions CfOptions(std::string_view name, const StorageOptio
 
 std::vector<rocksdb::ColumnFamilyDescriptor> Descriptors(const StorageOptions& options) {
   std::vector<rocksdb::ColumnFamilyDescriptor> d;
-  for (const char* name : {rocksdb::kDefaultColumnFamilyName.c_str(), kCfBlocks, kCfMeta,
-                           kCfAccess, kCfNamespaces, kCfNamespacesCopy}) {
+  for (const char* name : {rocksdb::kDefaultColumnFamilyName.c_str(), kCfBlocks, kCfMeta, kCfAccess,
+                           kCfNamespaces, kCfNamespacesCopy}) {
     d.emplace_back(name, CfOptions(name, options));
   }
   return d;

@@ -66,10 +66,10 @@ struct MetaValue {
   uint64_t value_bytes = 0;
   int64_t put_time = 0;
   uint64_t checksum = 0;
-  bool in_log = false;      // false: a legacy value in `blocks`
-  uint32_t segment = 0;     // in_log only
-  uint32_t page = 0;        // in_log only
-  uint64_t sequence = 0;    // in_log only
+  bool in_log = false;    // false: a legacy value in `blocks`
+  uint32_t segment = 0;   // in_log only
+  uint32_t page = 0;      // in_log only
+  uint64_t sequence = 0;  // in_log only
 };
 inline constexpr size_t kMetaBytes = 40;
 inline std::string EncodeMeta(const MetaValue& m) {

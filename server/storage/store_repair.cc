@@ -18,9 +18,9 @@
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/write_batch.h"
 #include "server/storage/namespace_table.h"
-#include "server/storage/value_log.h"
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
+#include "server/storage/value_log.h"
 #include "turbokv/codec/status_macros.h"
 
 namespace turbokv::server {
@@ -94,9 +94,9 @@ std::set<std::string> FindDamage(const OpenDb& d, std::vector<std::string>* find
     const uint64_t size = fs::file_size(path, ec);
     if (ec || size != b.blob_file_size) {
       damaged.insert("blob");
-      findings->push_back(absl::StrCat("blob file ", name, ": ",
-                                       ec ? ec.message() : absl::StrCat(size, " bytes, expected ",
-                                                                        b.blob_file_size)));
+      findings->push_back(absl::StrCat(
+          "blob file ", name, ": ",
+          ec ? ec.message() : absl::StrCat(size, " bytes, expected ", b.blob_file_size)));
     }
   }
   return damaged;
@@ -152,8 +152,8 @@ absl::Status MoveEntries(const fs::path& from, const fs::path& to,
           absl::StrCat("cannot move ", p.string(), " to ", to.string(), ": ", ec.message()));
     }
   }
-  return ec ? absl::UnavailableError(absl::StrCat("cannot list ", from.string(), ": ",
-                                                  ec.message()))
+  return ec ? absl::UnavailableError(
+                  absl::StrCat("cannot list ", from.string(), ": ", ec.message()))
             : absl::OkStatus();
 }
 
@@ -164,11 +164,9 @@ absl::Status MoveEntries(const fs::path& from, const fs::path& to,
 absl::Status SwapInFreshDb(const fs::path& dir, const std::string& keep_old_as = "") {
   std::error_code ec;
   if (!fs::exists(dir / kOld, ec)) {
-    TURBOKV_RETURN_IF_ERROR(MoveEntries(dir, dir / kOldPartial,
-                                        [](const std::string& n) {
-                                          return !IsSalvageDir(n) && n != format::kDirLockFile &&
-                                                 n != format::kValuesDir;
-                                        }));
+    TURBOKV_RETURN_IF_ERROR(MoveEntries(dir, dir / kOldPartial, [](const std::string& n) {
+      return !IsSalvageDir(n) && n != format::kDirLockFile && n != format::kValuesDir;
+    }));
     fs::rename(dir / kOldPartial, dir / kOld, ec);
     if (ec) return absl::UnavailableError(absl::StrCat("salvage swap: ", ec.message()));
   }
@@ -193,9 +191,9 @@ absl::Status FullSalvage(const StorageOptions& options, int64_t now, RepairRepor
   absl::flat_hash_map<std::string, std::string> access;  // values as stored (8 or 16 bytes)
   uint64_t known_blocks = 0;  // block_meta entries before the damage, as far as readable
   std::string keep_old_as;
-  rocksdb::Status s = rocksdb::RepairDB(dir.string(), format::DbOptions(options),
-                                        format::Descriptors(options),
-                                        format::CfOptions("", options));
+  rocksdb::Status s =
+      rocksdb::RepairDB(dir.string(), format::DbOptions(options), format::Descriptors(options),
+                        format::CfOptions("", options));
   OpenDb old;
   if (s.ok()) s = Open(dir.string(), options, /*paranoid=*/false, &old);
   if (s.ok()) {
@@ -223,7 +221,8 @@ absl::Status FullSalvage(const StorageOptions& options, int64_t now, RepairRepor
     keep_old_as = absl::StrCat("damaged-rocksdb-", now);
     report->findings.push_back(absl::StrCat("RocksDB could not be repaired (", s.ToString(),
                                             "): the metadata is rebuilt from the value log "
-                                            "alone; the old files are kept in ", keep_old_as));
+                                            "alone; the old files are kept in ",
+                                            keep_old_as));
     old.Close();
   }
 
@@ -235,7 +234,7 @@ absl::Status FullSalvage(const StorageOptions& options, int64_t now, RepairRepor
   log_options.dir = (dir / format::kValuesDir).string();
   log_options.segment_bytes = options.segment_bytes;
   TURBOKV_ASSIGN_OR_RETURN(std::unique_ptr<ValueLog> log, ValueLog::Open(log_options));
-  absl::flat_hash_map<std::string, RecordInfo> blocks;      // storage key -> newest record
+  absl::flat_hash_map<std::string, RecordInfo> blocks;       // storage key -> newest record
   absl::flat_hash_map<uint64_t, RecordInfo> namespace_logs;  // id -> newest record
   TURBOKV_RETURN_IF_ERROR(log->ScanRecords([&](const RecordInfo& r) {
     if (r.kind == RecordKind::kNamespace) {
@@ -260,8 +259,10 @@ absl::Status FullSalvage(const StorageOptions& options, int64_t now, RepairRepor
     absl::StatusOr<NamespaceRecord> record =
         v.ok() ? ParseNamespaceLogValue(id, v->bytes) : v.status();
     if (!record.ok()) {
-      report->findings.push_back(absl::StrCat("namespace record ", absl::Hex(id), " in the "
-                                              "value log: ", record.status().message()));
+      report->findings.push_back(absl::StrCat("namespace record ", absl::Hex(id),
+                                              " in the "
+                                              "value log: ",
+                                              record.status().message()));
       continue;
     }
     namespaces[id] = Namespace{*record, r.location, r.sequence};
@@ -302,10 +303,10 @@ absl::Status FullSalvage(const StorageOptions& options, int64_t now, RepairRepor
     m.sequence = r.sequence;
     auto a = access.find(key);
     const std::string access_value =
-        a != access.end() ? a->second
-                          : format::EncodeAccess(r.put_time, static_cast<uint64_t>(std::max<int64_t>(
-                                                                 r.put_time, 0))
-                                                                 << 20);
+        a != access.end()
+            ? a->second
+            : format::EncodeAccess(r.put_time,
+                                   static_cast<uint64_t>(std::max<int64_t>(r.put_time, 0)) << 20);
     TURBOKV_RETURN_IF_ERROR(
         FromRocksDb(batch.Put(fresh.cfs[CfIndex::kMeta], key, format::EncodeMeta(m)), "put"));
     TURBOKV_RETURN_IF_ERROR(
@@ -317,7 +318,8 @@ absl::Status FullSalvage(const StorageOptions& options, int64_t now, RepairRepor
     }
   }
   if (orphaned > 0) {
-    report->findings.push_back(absl::StrCat(orphaned, " blocks in the value log belong to no "
+    report->findings.push_back(absl::StrCat(orphaned,
+                                            " blocks in the value log belong to no "
                                             "known namespace: dropped"));
   }
   report->dropped_blocks =
@@ -353,8 +355,8 @@ absl::StatusOr<RepairReport> RepairIfDamaged(const StorageOptions& options, int6
     report.findings.emplace_back("repeating an interrupted salvage");
     if (fs::exists(dir / kOldPartial, ec)) {
       // The swap had begun moving the old files aside: put them back first.
-      TURBOKV_RETURN_IF_ERROR(MoveEntries(dir / kOldPartial, dir,
-                                          [](const std::string&) { return true; }));
+      TURBOKV_RETURN_IF_ERROR(
+          MoveEntries(dir / kOldPartial, dir, [](const std::string&) { return true; }));
       fs::remove_all(dir / kOldPartial, ec);
     }
     TURBOKV_RETURN_IF_ERROR(FullSalvage(options, now, &report));

@@ -117,8 +117,8 @@ absl::Status IoError(const char* what, const std::string& path, int err) {
 int WriteFully(int fd, std::vector<iovec> iov, off_t offset) {
   size_t first = 0;
   while (first < iov.size()) {
-    const ssize_t n = ::pwritev(fd, iov.data() + first, static_cast<int>(iov.size() - first),
-                                offset);
+    const ssize_t n =
+        ::pwritev(fd, iov.data() + first, static_cast<int>(iov.size() - first), offset);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -144,7 +144,7 @@ struct ValueLog::Segment {
   int fd = -1;
   uint64_t tail = kPageBytes;  // next free offset (appends; the header takes page 0)
   uint64_t live_records = 0;
-  uint64_t live_bytes = 0;     // RecordBytes of the live records
+  uint64_t live_bytes = 0;  // RecordBytes of the live records
   // Recovery only (MarkLive -> ReclaimGarbage): (first page, pages) of the live records.
   std::vector<std::pair<uint32_t, uint32_t>> live_extents;
   bool unlinked = false;
@@ -162,8 +162,8 @@ std::string ValueLog::PathOf(uint32_t number) const {
 
 absl::StatusOr<std::unique_ptr<ValueLog>> ValueLog::Open(ValueLogOptions options) {
   if (options.segment_bytes < 16 * kPageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("value-log segment size ",
-                                                   options.segment_bytes, " is below 64 KiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("value-log segment size ", options.segment_bytes, " is below 64 KiB"));
   }
   std::error_code ec;
   fs::create_directories(options.dir, ec);
@@ -294,9 +294,9 @@ absl::StatusOr<std::vector<RecordLocation>> ValueLog::Append(
           placed[k].segment->live_bytes -= RecordBytes(out[k]);
           live_bytes_ -= RecordBytes(out[k]);
         }
-        return absl::InvalidArgumentError(absl::StrCat(
-            "value-log record with a ", r.hash.size(), "-byte hash and a ", r.value.size(),
-            "-byte value: expected 8..32 and at most 4 GiB"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("value-log record with a ", r.hash.size(), "-byte hash and a ",
+                         r.value.size(), "-byte value: expected 8..32 and at most 4 GiB"));
       }
       const uint64_t bytes = RecordBytes(r.hash.size(), r.value.size());
       if (active_ == nullptr ||
@@ -396,8 +396,8 @@ absl::StatusOr<LogValue> ValueLog::Read(const RecordLocation& where, uint64_t na
   }
   if (info->sequence != sequence || info->namespace_id != namespace_id || info->hash != hash ||
       info->location.value_bytes != where.value_bytes) {
-    return absl::DataLossError(absl::StrCat("value-log record at ", s->path, " page ",
-                                            where.page, " is not the one the index names"));
+    return absl::DataLossError(absl::StrCat("value-log record at ", s->path, " page ", where.page,
+                                            " is not the one the index names"));
   }
   if (static_cast<size_t>(n) < bytes) {
     return absl::DataLossError(absl::StrCat("value-log segment ", s->path, " is cut short"));
@@ -405,8 +405,8 @@ absl::StatusOr<LogValue> ValueLog::Read(const RecordLocation& where, uint64_t na
   const std::string_view value(buf.get() + kRecordHeaderBytes + where.hash_bytes,
                                where.value_bytes);
   if (value.size() >= 8 && GetU64(value.data() + value.size() - 8) != info->checksum) {
-    return absl::DataLossError(absl::StrCat("value-log record at ", s->path, " page ",
-                                            where.page, " does not end in its checksum"));
+    return absl::DataLossError(absl::StrCat("value-log record at ", s->path, " page ", where.page,
+                                            " does not end in its checksum"));
   }
   const char* data = buf.get();
   return LogValue{std::shared_ptr<const void>(buf, data), value};
@@ -443,8 +443,7 @@ void ValueLog::DropIfDead(uint32_t number) {
   Segment& s = *it->second;
   if (s.live_records != 0 || it->second == active_) return;
   if (::unlink(s.path.c_str()) != 0 && errno != ENOENT) {
-    spdlog::warn("value log: cannot remove the empty segment {}: {}", s.path,
-                 std::strerror(errno));
+    spdlog::warn("value log: cannot remove the empty segment {}: {}", s.path, std::strerror(errno));
     return;
   }
   s.unlinked = true;
@@ -504,8 +503,7 @@ uint64_t ValueLog::ReclaimGarbage() {
   return freed;
 }
 
-absl::Status ValueLog::ScanRecords(
-    const std::function<absl::Status(const RecordInfo&)>& fn) const {
+absl::Status ValueLog::ScanRecords(const std::function<absl::Status(const RecordInfo&)>& fn) const {
   std::vector<std::shared_ptr<Segment>> segments;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -533,8 +531,8 @@ absl::Status ValueLog::ScanRecords(
       info->location.segment = s->number;
       info->location.page = static_cast<uint32_t>(offset / kPageBytes);
       const uint64_t bytes = RecordBytes(info->location);
-      if (offset + kRecordHeaderBytes + info->location.hash_bytes +
-              info->location.value_bytes > size) {
+      if (offset + kRecordHeaderBytes + info->location.hash_bytes + info->location.value_bytes >
+          size) {
         break;  // cut short: the record's value is not all there
       }
       TURBOKV_RETURN_IF_ERROR(fn(*info));

@@ -135,10 +135,11 @@ class ValueLog {
       absl::Span<const RecordWrite> records);
 
   // Reads the value of the record at `where`, checking that the record header is intact, names
-  // (namespace_id, hash, sequence) and that the value ends in the header's checksum. NotFound: the record is not there any more (its pages
-  // were deallocated, or the segment is gone: an erase raced with this read). DataLoss: the
-  // header is damaged or names another record. With nowait, the read never waits for the disk
-  // (preadv2 RWF_NOWAIT): Unavailable when the record is not all in the page cache.
+  // (namespace_id, hash, sequence) and that the value ends in the header's checksum. NotFound: the
+  // record is not there any more (its pages were deallocated, or the segment is gone: an erase
+  // raced with this read). DataLoss: the header is damaged or names another record. With nowait,
+  // the read never waits for the disk (preadv2 RWF_NOWAIT): Unavailable when the record is not all
+  // in the page cache.
   [[nodiscard]] absl::StatusOr<LogValue> Read(const RecordLocation& where, uint64_t namespace_id,
                                               std::string_view hash, uint64_t sequence,
                                               bool nowait = false) const;

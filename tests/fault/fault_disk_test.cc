@@ -178,10 +178,11 @@ TEST(DiskFull, ReadsServedPutsResumeAfterSpaceFreesAndARestartOnAFullDiskSucceed
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(again->created);
   const uint64_t served = blocks().Served(acked, &wrong);
-  std::printf("[fault] disk full: acknowledged=%zu served_after_restart=%llu wrong=%llu "
-              "refused_puts=%zu\n",
-              acked.size(), static_cast<unsigned long long>(served),
-              static_cast<unsigned long long>(wrong), codes.size());
+  std::printf(
+      "[fault] disk full: acknowledged=%zu served_after_restart=%llu wrong=%llu "
+      "refused_puts=%zu\n",
+      acked.size(), static_cast<unsigned long long>(served), static_cast<unsigned long long>(wrong),
+      codes.size());
   EXPECT_EQ(served, acked.size());
   EXPECT_EQ(wrong, 0u);
   server.Kill();
@@ -208,16 +209,15 @@ TEST(Capacity, ThreeTimesOverloadStaysUnderCapacityOnDisk) {
   auto stats = server.client().Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   const uint64_t final_disk = DirBytes(server.data_dir());
-  std::printf("[fault] 3x overload: capacity=%llu put=%llu acknowledged=%llu used=%llu "
-              "evicted=%llu disk_max=%llu disk_final=%llu samples=%llu\n",
-              static_cast<unsigned long long>(kCapacity),
-              static_cast<unsigned long long>(total * ns->raw_block_bytes),
-              static_cast<unsigned long long>(acked),
-              static_cast<unsigned long long>(stats->used_bytes),
-              static_cast<unsigned long long>(stats->evicted_blocks),
-              static_cast<unsigned long long>(max_disk),
-              static_cast<unsigned long long>(final_disk),
-              static_cast<unsigned long long>(samples));
+  std::printf(
+      "[fault] 3x overload: capacity=%llu put=%llu acknowledged=%llu used=%llu "
+      "evicted=%llu disk_max=%llu disk_final=%llu samples=%llu\n",
+      static_cast<unsigned long long>(kCapacity),
+      static_cast<unsigned long long>(total * ns->raw_block_bytes),
+      static_cast<unsigned long long>(acked), static_cast<unsigned long long>(stats->used_bytes),
+      static_cast<unsigned long long>(stats->evicted_blocks),
+      static_cast<unsigned long long>(max_disk), static_cast<unsigned long long>(final_disk),
+      static_cast<unsigned long long>(samples));
   EXPECT_EQ(acked, total) << "eviction makes room for every put";
   EXPECT_LE(stats->used_bytes, kCapacity);
   EXPECT_GT(stats->evicted_blocks, 0u);

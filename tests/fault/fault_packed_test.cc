@@ -113,7 +113,8 @@ TEST_F(PackedValidation, BadQjlResidualNormsAreRejected) {
   ASSERT_TRUE(info.ok());
   // Find a QJL section: residual norms follow the scales.
   for (int s = 0; s < 2 * info->shape.num_layers; ++s) {
-    const codec::SectionCodec& sc = s % 2 == 0 ? info->layers[s / 2].key : info->layers[s / 2].value;
+    const codec::SectionCodec& sc =
+        s % 2 == 0 ? info->layers[s / 2].key : info->layers[s / 2].value;
     if (!sc.qjl) continue;
     const size_t groups = info->shape.vectors_per_section() * info->shape.head_dim / sc.group_size;
     uint64_t i = 200 + 10 * s;

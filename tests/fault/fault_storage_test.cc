@@ -115,7 +115,8 @@ class Store {
     constexpr size_t kBatch = 64;
     for (size_t i = 0; i < ids.size(); i += kBatch) {
       std::vector<std::string> hashes;
-      for (size_t k = i; k < std::min(ids.size(), i + kBatch); ++k) hashes.push_back(HashOf(ids[k]));
+      for (size_t k = i; k < std::min(ids.size(), i + kBatch); ++k)
+        hashes.push_back(HashOf(ids[k]));
       auto got = c.GetBlocks(ns_, hashes);
       if (!got.ok()) {
         t.missing += hashes.size();
@@ -165,8 +166,9 @@ bool FlipSstOf(const std::string& dir, const char* cf, std::mt19937_64& rng) {
 }
 
 const DamageCase kDamageCases[] = {
-    {"access_sst", [](const std::string& d, std::mt19937_64& r) { return FlipSstOf(d, "access", r); },
-     true, false},
+    {"access_sst",
+     [](const std::string& d, std::mt19937_64& r) { return FlipSstOf(d, "access", r); }, true,
+     false},
     {"block_meta_sst",
      [](const std::string& d, std::mt19937_64& r) { return FlipSstOf(d, "block_meta", r); }, true,
      false},
@@ -277,8 +279,8 @@ TEST(Durability, NamespaceRegistrationSurvivesKill9WithDurabilityNone) {
       auto again = server.client().RegisterNamespace(
           SmallNamespace("k4v4-g32", "fault/durable-" + std::to_string(r)));
       ASSERT_TRUE(again.ok()) << again.status();
-      EXPECT_FALSE(again->created) << "registration " << r << " was lost by kill -9 in round "
-                                   << round;
+      EXPECT_FALSE(again->created)
+          << "registration " << r << " was lost by kill -9 in round " << round;
     }
   }
 }

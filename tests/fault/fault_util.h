@@ -140,8 +140,8 @@ inline std::string RawOf(uint64_t i, size_t bytes) {
   for (size_t k = 0; k + 1 < bytes; k += 2) {
     // sign, exponent 13..16 (0.25 .. 4), random mantissa: always finite.
     const uint64_t r = rng();
-    const uint16_t h = static_cast<uint16_t>(((r & 1) << 15) | ((13 + ((r >> 1) & 3)) << 10) |
-                                             ((r >> 3) & 0x3ff));
+    const uint16_t h =
+        static_cast<uint16_t>(((r & 1) << 15) | ((13 + ((r >> 1) & 3)) << 10) | ((r >> 3) & 0x3ff));
     std::memcpy(&out[k], &h, 2);
   }
   return out;
@@ -204,7 +204,8 @@ inline uint64_t DirBytes(const std::string& dir) {
   uint64_t total = 0;
   std::error_code ec;
   for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec)) {
-    if (f.is_regular_file(ec) && f.path().filename() != "RESERVE") total += AllocatedBytes(f.path());
+    if (f.is_regular_file(ec) && f.path().filename() != "RESERVE")
+      total += AllocatedBytes(f.path());
   }
   return total;
 }

@@ -36,7 +36,8 @@ std::vector<std::vector<uint8_t>> Seeds() {
   BlockCodec c = *BlockCodec::Create(shape, *PresetSpec("k3v2-g32-qjl", 32), 7);
   std::vector<uint8_t> raw = testing_util::RandomBlock(shape, 2);
   for (size_t i = 0; i < shape.num_values(); i += 3) {
-    testing_util::StoreAs(shape.dtype, raw, i, (i % 2 ? 1e4f : -3e38f) * (static_cast<float>(i % 7 + 1) / 7));
+    testing_util::StoreAs(shape.dtype, raw, i,
+                          (i % 2 ? 1e4f : -3e38f) * (static_cast<float>(i % 7 + 1) / 7));
   }
   std::vector<uint8_t> packed(c.packed_bytes());
   const absl::Status s = c.Encode(raw, absl::MakeSpan(packed));
@@ -71,7 +72,8 @@ TEST(FuzzReplayTest, WritesSeedCorpusOnRequest) {
   int i = 0;
   for (const std::vector<uint8_t>& seed : Seeds()) {
     std::ofstream(std::string(dir) + "/seed-" + std::to_string(i++) + ".tkvb", std::ios::binary)
-        .write(reinterpret_cast<const char*>(seed.data()), static_cast<std::streamsize>(seed.size()));
+        .write(reinterpret_cast<const char*>(seed.data()),
+               static_cast<std::streamsize>(seed.size()));
   }
 }
 
@@ -83,11 +85,24 @@ TEST(FuzzReplayTest, MutatedBlocksNeverCrash) {
     for (int i = 0; i < 1500; ++i) {
       std::vector<uint8_t> b = seed;
       switch (rng() % 5) {
-        case 0: b.resize(rng() % (b.size() + 1)); break;
-        case 1: b[rng() % b.size()] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
-        case 2: b[rng() % std::min<size_t>(b.size(), 96)] = static_cast<uint8_t>(rng()); Reseal(b); break;
-        case 3: for (int k = 0; k < 4; ++k) b[rng() % b.size()] = static_cast<uint8_t>(rng()); Reseal(b); break;
-        case 4: b.insert(b.begin() + rng() % b.size(), static_cast<uint8_t>(rng())); Reseal(b); break;
+        case 0:
+          b.resize(rng() % (b.size() + 1));
+          break;
+        case 1:
+          b[rng() % b.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+          break;
+        case 2:
+          b[rng() % std::min<size_t>(b.size(), 96)] = static_cast<uint8_t>(rng());
+          Reseal(b);
+          break;
+        case 3:
+          for (int k = 0; k < 4; ++k) b[rng() % b.size()] = static_cast<uint8_t>(rng());
+          Reseal(b);
+          break;
+        case 4:
+          b.insert(b.begin() + rng() % b.size(), static_cast<uint8_t>(rng()));
+          Reseal(b);
+          break;
       }
       fuzz::FuzzPackedBlock(b.data(), b.size());
       parsed_ok += ParsePackedBlock(b).ok();

@@ -81,7 +81,8 @@ TEST_P(GpuMatchesCpu, PackedBytesAndDecodedValues) {
       std::vector<absl::Span<const uint8_t>> packed;
       std::vector<absl::Span<uint8_t>> outs;
       for (int i = 0; i < kBlocks; ++i) {
-        ASSERT_TRUE(codec->Decode(b.cpu[i], out_dtype, range, absl::MakeSpan(c[i]), CpuIsa::kScalar).ok());
+        ASSERT_TRUE(
+            codec->Decode(b.cpu[i], out_dtype, range, absl::MakeSpan(c[i]), CpuIsa::kScalar).ok());
         packed.push_back(b.cpu[i]);
         outs.push_back(absl::MakeSpan(g[i]));
       }
@@ -97,7 +98,8 @@ TEST_P(GpuMatchesCpu, PackedBytesAndDecodedValues) {
 
 INSTANTIATE_TEST_SUITE_P(
     Presets, GpuMatchesCpu,
-    testing::Combine(testing::Values("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"),
+    testing::Combine(testing::Values("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32",
+                                     "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"),
                      testing::Values(8, 64, 96, 128, 256),
                      testing::Values(DType::kFloat16, DType::kBFloat16, DType::kFloat32)));
 
@@ -108,17 +110,22 @@ TEST_P(GpuConfigs, PackedBytesAndDecodedValues) {
   SKIP_WITHOUT_DEVICE();
   const auto& [g, bits, qjl] = GetParam();
   const CodecSpec spec = testing_util::KernelInstanceSpec(g, bits, qjl);
-  absl::StatusOr<BlockCodec> codec = BlockCodec::Create(BlockShape{2, 16, 2, 256, DType::kFloat16}, spec);
+  absl::StatusOr<BlockCodec> codec =
+      BlockCodec::Create(BlockShape{2, 16, 2, 256, DType::kFloat16}, spec);
   ASSERT_TRUE(codec.ok());
   Blocks b = MakeBlocks(*codec, 3, 5);
   ASSERT_TRUE(Gpu()->EncodeBatch(*codec, b.in, b.out, absl::MakeSpan(b.status)).ok());
   for (int i = 0; i < 3; ++i) ASSERT_EQ(b.gpu[i], b.cpu[i]) << "block " << i;
   const size_t bytes = *codec->DecodedBytes(DType::kFloat32, {});
   std::vector<uint8_t> want(bytes), got(bytes);
-  ASSERT_TRUE(codec->Decode(b.cpu[2], DType::kFloat32, {}, absl::MakeSpan(want), CpuIsa::kScalar).ok());
+  ASSERT_TRUE(
+      codec->Decode(b.cpu[2], DType::kFloat32, {}, absl::MakeSpan(want), CpuIsa::kScalar).ok());
   const absl::Span<const uint8_t> packed[] = {b.cpu[2]};
   const absl::Span<uint8_t> outs[] = {absl::MakeSpan(got)};
-  ASSERT_TRUE(Gpu()->DecodeBatch(*codec, packed, DType::kFloat32, {}, outs, absl::MakeSpan(b.status).first(1)).ok());
+  ASSERT_TRUE(Gpu()
+                  ->DecodeBatch(*codec, packed, DType::kFloat32, {}, outs,
+                                absl::MakeSpan(b.status).first(1))
+                  .ok());
   EXPECT_EQ(got, want);
 }
 
@@ -136,8 +143,9 @@ TEST(GpuCodecTest, BadInputFailsOnlyItsBlock) {
   const absl::Status s = Gpu()->EncodeBatch(*codec, b.in, b.out, absl::MakeSpan(b.status));
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(b.status[2].code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(b.status[2].message().find("non-finite value at layer 0 V token 1 head 0 coordinate 60"),
-            std::string::npos)
+  EXPECT_NE(
+      b.status[2].message().find("non-finite value at layer 0 V token 1 head 0 coordinate 60"),
+      std::string::npos)
       << b.status[2];
   for (int i : {0, 1, 3}) {
     EXPECT_TRUE(b.status[i].ok()) << b.status[i];
@@ -174,7 +182,8 @@ TEST(GpuCodecTest, WideScalesEncodeAndDecodeLikeTheCpu) {
       std::vector<absl::Span<const uint8_t>> in;
       std::vector<absl::Span<uint8_t>> outs;
       for (int i = 0; i < 3; ++i) {
-        ASSERT_TRUE(codec->Decode(b.cpu[i], out, {}, absl::MakeSpan(want[i]), CpuIsa::kScalar).ok());
+        ASSERT_TRUE(
+            codec->Decode(b.cpu[i], out, {}, absl::MakeSpan(want[i]), CpuIsa::kScalar).ok());
         in.push_back(b.cpu[i]);
         outs.push_back(absl::MakeSpan(got[i]));
       }
@@ -232,8 +241,9 @@ TEST(GpuCodecTest, DecodesIntoDeviceMemory) {
     ASSERT_EQ(cudaMalloc(&dev, 5 * block_out), cudaSuccess);
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    absl::Status s = Gpu()->DecodeToDevice(*codec, packed, DType::kBFloat16, range, dev, 5 * block_out,
-                                           stream, absl::MakeSpan(b.status).first(5));
+    absl::Status s =
+        Gpu()->DecodeToDevice(*codec, packed, DType::kBFloat16, range, dev, 5 * block_out, stream,
+                              absl::MakeSpan(b.status).first(5));
     ASSERT_TRUE(s.ok()) << s;
     std::vector<uint8_t> host(5 * block_out);
     ASSERT_EQ(cudaMemcpy(host.data(), dev, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);

@@ -581,8 +581,7 @@ TEST_F(SegmentTest, ChainRunsLiveTogetherAndLookupSpansSegments) {
   nodes_[1]->Kill();
   for (const auto& chain : chains) {
     size_t want = 0;
-    while (want < chain.size() &&
-           c->Owners(chain[want - want % kSegmentBlocks])[0] != dead &&
+    while (want < chain.size() && c->Owners(chain[want - want % kSegmentBlocks])[0] != dead &&
            !(chain == chains[0] && want == 25)) {
       ++want;
     }

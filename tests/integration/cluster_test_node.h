@@ -28,14 +28,15 @@ class ClusterNode {
  public:
   struct Options {
     int codec_threads = 1;
-    std::string data_dir;                 // "" = <dir>/data
+    std::string data_dir;  // "" = <dir>/data
     std::string log_level = "warn";
     std::vector<std::string> extra_args;  // appended to the command line
   };
   // `dir` holds the data directory, port files and server.log; it is not removed.
   explicit ClusterNode(std::string dir, int codec_threads = 1)
       : ClusterNode(std::move(dir), WithThreads(codec_threads)) {}
-  ClusterNode(std::string dir, Options options) : dir_(std::move(dir)), options_(std::move(options)) {
+  ClusterNode(std::string dir, Options options)
+      : dir_(std::move(dir)), options_(std::move(options)) {
     std::filesystem::create_directories(dir_);
   }
   ClusterNode(const ClusterNode&) = delete;

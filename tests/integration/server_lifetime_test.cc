@@ -146,8 +146,7 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
     ASSERT_EQ(resp.results(0).code(), 0) << resp.results(0).message();
   }
   std::map<std::string, std::string> packed, decoded;
-  ASSERT_TRUE(
-      Get(stub, ns, hashes, v1::ENCODING_PACKED, 0, kLong, &packed).ok());
+  ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_PACKED, 0, kLong, &packed).ok());
   ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_RAW, 0, kLong, &decoded).ok());
   ASSERT_EQ(packed.size(), hashes.size());
   ASSERT_EQ(decoded.size(), hashes.size());
@@ -189,8 +188,8 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
             break;
           }
           case 1:  // a RAW get of every block cancelled after 1..4 messages
-            s = Get(*client, ns, hashes, v1::ENCODING_RAW, 1 + static_cast<int>(r() % 4),
-                    kLong, &got);
+            s = Get(*client, ns, hashes, v1::ENCODING_RAW, 1 + static_cast<int>(r() % 4), kLong,
+                    &got);
             if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED &&
                 s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
               note("cancelled get", s);
@@ -259,8 +258,7 @@ TEST(ServerLifetimeTest, ManyClientsCancellingMidStreamLeaveTheServerServingCorr
   ASSERT_TRUE(Get(stub, ns, hashes, v1::ENCODING_RAW, 0, kLong, &got).ok());
   for (const std::string& h : hashes) EXPECT_TRUE(got[h] == decoded.at(h)) << "decoded block";
   got.clear();
-  ASSERT_TRUE(
-      Get(stub, ns, cancelled_puts, v1::ENCODING_PACKED, 0, kLong, &got).ok());
+  ASSERT_TRUE(Get(stub, ns, cancelled_puts, v1::ENCODING_PACKED, 0, kLong, &got).ok());
   for (const auto& [h, bytes] : got) EXPECT_EQ(bytes.size(), reg.packed_block_bytes());
 
   // Nothing is left holding the budget: a whole block goes in at once.
@@ -290,8 +288,13 @@ TEST(ServerLifetimeTest, ASecondServerOnTheSameDataDirChangesNothingAndNamesTheH
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    std::vector<std::string> args = {ServerProcess::BinaryPath(), "--data-dir", first.data_dir(),
-                                     "--listen", "127.0.0.1:0", "--metrics-listen", ""};
+    std::vector<std::string> args = {ServerProcess::BinaryPath(),
+                                     "--data-dir",
+                                     first.data_dir(),
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--metrics-listen",
+                                     ""};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

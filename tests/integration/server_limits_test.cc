@@ -21,11 +21,11 @@ namespace {
 
 using testing::DeadlineIn;
 using testing::Hash;
+using testing::kThreadSanitizer;
 using testing::RandomFp16;
 using testing::Scaled;
 using testing::ServerProcess;
 using testing::SlowBuild;
-using testing::kThreadSanitizer;
 
 constexpr size_t kChunk = size_t{1} << 20;
 
@@ -150,7 +150,8 @@ TEST(ServerLimitsTest, NamespacesThatWouldCostTooMuchAreRefusedAndTheServerStays
   // 4,096 layers, head_dim 4,096, 1-bit + QJL at g = 256: ~2 GiB of QJL matrices. Refused
   // before any of it is built (it used to cost +3 GiB and ~24 s of a worker).
   v1::NamespaceDescriptor qjl = Descriptor(4096, 1, 4096, 1);
-  for (v1::SectionCodec* c : {qjl.mutable_codec()->mutable_key(), qjl.mutable_codec()->mutable_value()}) {
+  for (v1::SectionCodec* c :
+       {qjl.mutable_codec()->mutable_key(), qjl.mutable_codec()->mutable_value()}) {
     c->set_bits(1);
     c->set_group_size(256);
     c->set_qjl(true);
@@ -288,7 +289,8 @@ TEST(ServerLimitsTest, AHalfBlockStallDoesNotBlockOtherClients) {
 
   // Others go on: puts of whole blocks, gets, lookups.
   for (int i = 0; i < 4; ++i) {
-    v1::PutBlocksResponse put = Put(stub, reg.namespace_id(), {{Hash(10 + i), v1::ENCODING_RAW, raw}});
+    v1::PutBlocksResponse put =
+        Put(stub, reg.namespace_id(), {{Hash(10 + i), v1::ENCODING_RAW, raw}});
     ASSERT_EQ(put.results_size(), 1);
     EXPECT_EQ(put.results(0).code(), 0) << put.results(0).message();
   }
@@ -400,8 +402,8 @@ TEST(ServerLimitsTest, TheLaterPutOfAHashInOneStreamWins) {
     const std::string target = Hash(1000 + round);
     std::vector<Block> stream;
     for (int i = 0; i < 63; ++i) {  // slow to encode, batched with the first copy
-      stream.push_back({Hash(2000 + 100 * round + i), v1::ENCODING_RAW,
-                        RandomFp16(reg.raw_block_bytes(), rng)});
+      stream.push_back(
+          {Hash(2000 + 100 * round + i), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)});
     }
     stream.push_back({target, v1::ENCODING_PACKED, earlier});
     stream.push_back({target, v1::ENCODING_PACKED, later});
@@ -442,8 +444,9 @@ TEST(ServerLimitsTest, ConcurrentPutsOfOneHashLeaveOneWholeBlock) {
       // Alternate PACKED copies and RAW puts (encoded by the server) of writer w's block.
       for (int i = 0; i < 12; ++i) {
         const bool raw = i % 2 == 1;
-        Put(stub, ns, {{target, raw ? v1::ENCODING_RAW : v1::ENCODING_PACKED,
-                        raw ? seed[w].bytes : packed[hashes[w]]}});
+        Put(stub, ns,
+            {{target, raw ? v1::ENCODING_RAW : v1::ENCODING_PACKED,
+              raw ? seed[w].bytes : packed[hashes[w]]}});
       }
     });
   }

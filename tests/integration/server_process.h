@@ -76,8 +76,8 @@ inline bool SlowBuild() { return TimeScale() > 1; }
 // `d` x TimeScale(), in milliseconds.
 template <class Rep, class Period>
 std::chrono::milliseconds Scaled(std::chrono::duration<Rep, Period> d) {
-  return std::chrono::milliseconds(static_cast<int64_t>(
-      std::chrono::duration<double, std::milli>(d).count() * TimeScale()));
+  return std::chrono::milliseconds(
+      static_cast<int64_t>(std::chrono::duration<double, std::milli>(d).count() * TimeScale()));
 }
 
 // A client deadline `d` x TimeScale() from now.
@@ -109,8 +109,8 @@ inline std::unique_ptr<v1::TurboKV::Stub> NewClient(int port) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(64 << 20);
-  return v1::TurboKV::NewStub(grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+  return v1::TurboKV::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                                        grpc::InsecureChannelCredentials(), args));
 }
 
 class ServerProcess {

@@ -24,8 +24,8 @@
 namespace turbokv::server {
 namespace {
 
-using testing::ServerProcess;
 using testing::Scaled;
+using testing::ServerProcess;
 
 constexpr size_t kChunk = size_t{1} << 20;
 
@@ -898,8 +898,8 @@ TEST(ServerRpcTest, AutoCodecBackendWithoutADeviceRunsAndLabelsTheCpu) {
   Put(server.stub(), reg.namespace_id(),
       {{Hash(1), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)},
        {Hash(2), v1::ENCODING_RAW, RandomFp16(reg.raw_block_bytes(), rng)}});
-  const std::vector<GotBlock> got =
-      GetOk(server.stub(), reg.namespace_id(), {Hash(1), Hash(2)}, v1::ENCODING_RAW, v1::DTYPE_FP32);
+  const std::vector<GotBlock> got = GetOk(server.stub(), reg.namespace_id(), {Hash(1), Hash(2)},
+                                          v1::ENCODING_RAW, v1::DTYPE_FP32);
   ASSERT_EQ(got.size(), 2u);
   const std::string metrics = Scrape(server.metrics_port());
   const std::string cpu = "backend=\"" + backend + "\"";
@@ -908,7 +908,9 @@ TEST(ServerRpcTest, AutoCodecBackendWithoutADeviceRunsAndLabelsTheCpu) {
   EXPECT_EQ(MetricValue(metrics, "turbokv_codec_bytes_total{" + cpu + ",op=\"decode\"}"),
             2.0 * 2 * reg.raw_block_bytes());  // fp16 in, fp32 out
   EXPECT_EQ(metrics.find("backend=\"cuda\""), std::string::npos) << "no CUDA series";
-  EXPECT_EQ(MetricValue(metrics, "turbokv_codec_fallbacks_total{op=\"encode\",reason=\"device_error\"}"), 0);
+  EXPECT_EQ(
+      MetricValue(metrics, "turbokv_codec_fallbacks_total{op=\"encode\",reason=\"device_error\"}"),
+      0);
   EXPECT_EQ(MetricValue(metrics, "turbokv_codec_degraded"), 0);
   EXPECT_EQ(server.Stop(SIGTERM), 0);
 

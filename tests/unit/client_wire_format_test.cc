@@ -97,9 +97,8 @@ TEST(WireFormatTest, ResponseParsesFromAnySplit) {
     for (size_t cut2 : {cut1, cut1 + 1, bytes.size()}) {
       if (cut2 > bytes.size()) continue;
       const absl::string_view all(bytes);
-      const std::vector<absl::string_view> pieces = {all.substr(0, cut1),
-                                                     all.substr(cut1, cut2 - cut1),
-                                                     all.substr(cut2)};
+      const std::vector<absl::string_view> pieces = {
+          all.substr(0, cut1), all.substr(cut1, cut2 - cut1), all.substr(cut2)};
       WireChunk c;
       ASSERT_TRUE(ParseGetBlocksResponse(pieces, &c).ok()) << cut1 << " " << cut2;
       EXPECT_EQ(c.index, 7u);
@@ -121,9 +120,9 @@ TEST(WireFormatTest, MissingBlockAndUnknownFields) {
   m.set_index(3);
   m.set_found(false);
   std::string bytes = m.SerializeAsString();
-  bytes += std::string("\x48\x05", 2);                  // field 9, varint
+  bytes += std::string("\x48\x05", 2);                    // field 9, varint
   bytes += std::string("\x51", 1) + std::string(8, 'f');  // field 10, fixed64
-  bytes += std::string("\x5a\x02zz", 4);               // field 11, bytes
+  bytes += std::string("\x5a\x02zz", 4);                  // field 11, bytes
   WireChunk c;
   ASSERT_TRUE(ParseGetBlocksResponse({absl::string_view(bytes)}, &c).ok());
   EXPECT_EQ(c.index, 3u);
@@ -140,9 +139,9 @@ TEST(WireFormatTest, MalformedIsDataLoss) {
   const std::string bytes = m.SerializeAsString();
   WireChunk c;
   // Cut inside the data field, inside a varint, and a field number 0.
-  EXPECT_EQ(ParseGetBlocksResponse({absl::string_view(bytes).substr(0, bytes.size() - 1)}, &c)
-                .code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      ParseGetBlocksResponse({absl::string_view(bytes).substr(0, bytes.size() - 1)}, &c).code(),
+      absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseGetBlocksResponse({absl::string_view("\x08\x80", 2)}, &c).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseGetBlocksResponse({absl::string_view("\x00\x01", 2)}, &c).code(),
@@ -157,19 +156,22 @@ TEST(WireFormatTest, EveryPrefixParsesLikeProtobuf) {
   std::string bytes;
   bytes += std::string("\x40\x03", 2);                    // data, wire type 0: unknown
   bytes += std::string("\x42\x03old", 5);                 // data = "old"
-  bytes += std::string("\x38\xac\x02", 3);               // offset = 300
+  bytes += std::string("\x38\xac\x02", 3);                // offset = 300
   bytes += std::string("\x08\x07", 2);                    // index = 7
   bytes += std::string("\x49", 1) + std::string(8, 'f');  // field 9, fixed64
   bytes += std::string("\x55", 1) + std::string(4, 'g');  // field 10, fixed32
-  bytes += std::string("\x5a\x02zz", 4);                 // field 11, bytes
-  bytes += std::string("\x63\x08\x01\x64", 4);           // field 12, a group holding a varint
-  bytes += std::string("\x18\x01\x20\x02\x28\x02", 6);   // found, encoding, dtype
-  bytes += std::string("\x30\x80\x80\x80\x80\x20", 6);   // block_bytes = 1 << 33
-  bytes += std::string("\x0a\x01h", 3);                  // field 1 (index), bytes: unknown
+  bytes += std::string("\x5a\x02zz", 4);                  // field 11, bytes
+  bytes += std::string("\x63\x08\x01\x64", 4);            // field 12, a group holding a varint
+  bytes += std::string("\x18\x01\x20\x02\x28\x02", 6);    // found, encoding, dtype
+  bytes += std::string("\x30\x80\x80\x80\x80\x20", 6);    // block_bytes = 1 << 33
+  bytes += std::string("\x0a\x01h", 3);                   // field 1 (index), bytes: unknown
   bytes += std::string("\x68\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11);  // field 13, max varint
-  bytes += std::string("\x42\x04" "data", 6);                // data = "data" (replaces "old")
-  bytes += std::string("\x08\x09", 2);                    // index = 9 (the last wins)
-  v1::GetBlocksResponse whole;  // what the whole parses to
+  bytes += std::string(
+      "\x42\x04"
+      "data",
+      6);                               // data = "data" (replaces "old")
+  bytes += std::string("\x08\x09", 2);  // index = 9 (the last wins)
+  v1::GetBlocksResponse whole;          // what the whole parses to
   ASSERT_TRUE(whole.ParseFromString(bytes));
   EXPECT_EQ(whole.index(), 9u);
   EXPECT_EQ(whole.data(), "data");
@@ -189,19 +191,22 @@ TEST(WireFormatTest, EveryPrefixParsesLikeProtobuf) {
 
 TEST(WireFormatTest, MalformedParsesLikeProtobuf) {
   for (const std::string& bad : {
-           std::string("\x00", 1),                                  // field number 0
-           std::string("\x0e\x01", 2),                               // wire type 6
-           std::string("\x0f\x01", 2),                               // wire type 7
-           std::string("\x0c", 1),                                  // a stray end-group
-           std::string("\x63\x08\x01", 3),                          // a group never closed
-           std::string("\x63\x08\x01\x6c", 4),                       // closed by another field's end
-           std::string("\x80\x80\x80\x80\x80\x80", 6),               // a tag over 5 bytes
-           std::string("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12),  // an 11-byte varint
-           std::string("\x42\x80\x80\x80\x80\x08", 6) + "data",       // data of 2^31 bytes
-           std::string("\x42\xff\xff\xff\xff\x0f", 6) + "data",       // data of 2^32 - 1 bytes
+           std::string("\x00", 1),                      // field number 0
+           std::string("\x0e\x01", 2),                  // wire type 6
+           std::string("\x0f\x01", 2),                  // wire type 7
+           std::string("\x0c", 1),                      // a stray end-group
+           std::string("\x63\x08\x01", 3),              // a group never closed
+           std::string("\x63\x08\x01\x6c", 4),          // closed by another field's end
+           std::string("\x80\x80\x80\x80\x80\x80", 6),  // a tag over 5 bytes
+           std::string("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+                       12),                                      // an 11-byte varint
+           std::string("\x42\x80\x80\x80\x80\x08", 6) + "data",  // data of 2^31 bytes
+           std::string("\x42\xff\xff\xff\xff\x0f", 6) + "data",  // data of 2^32 - 1 bytes
            std::string("\x42\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11),  // data of 2^64 - 1
-           std::string("\x5a\x80\x80\x80\x80\x10", 6) + "zz",        // unknown bytes of 2^32
-           std::string("\x42\x05" "abcd", 6),                           // data one byte short
+           std::string("\x5a\x80\x80\x80\x80\x10", 6) + "zz",  // unknown bytes of 2^32
+           std::string("\x42\x05"
+                       "abcd",
+                       6),  // data one byte short
        }) {
     ExpectParsesLikeProtobuf(bad);
     WireChunk c;
@@ -220,9 +225,8 @@ TEST(WireFormatTest, DataIsViewsIntoThePieces) {
   const std::string bytes = m.SerializeAsString();
   const absl::string_view all(bytes);
   const size_t head = bytes.size() - 3000;
-  const std::vector<absl::string_view> pieces = {all.substr(0, head + 1000),
-                                                 all.substr(head + 1000, 1500),
-                                                 all.substr(head + 2500)};
+  const std::vector<absl::string_view> pieces = {
+      all.substr(0, head + 1000), all.substr(head + 1000, 1500), all.substr(head + 2500)};
   WireChunk c;
   ASSERT_TRUE(ParseGetBlocksResponse(pieces, &c).ok());
   ASSERT_EQ(c.data.size(), 3u);

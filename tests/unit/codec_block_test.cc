@@ -47,10 +47,11 @@ CodecSpec Preset(const std::string& name, int head_dim) {
 // Error bound per preset on Gaussian input: theory of the coarser of K/V plus 10% slack
 // (norm correction shifts MSE slightly; QJL adds variance).
 double Tolerance(const std::string& preset) {
-  if (preset == "k8v4" || preset == "k4v4-g32" || preset == "k6v4" || preset == "k5v4") return 0.0092 * 1.1;
+  if (preset == "k8v4" || preset == "k4v4-g32" || preset == "k6v4" || preset == "k5v4")
+    return 0.0092 * 1.1;
   if (preset == "k6v5") return 0.0025 * 1.1;  // 5-bit g = 32: g·MSE ≈ 0.0024
   if (preset == "k6v6" || preset == "k8v6") return 0.00065 * 1.1;  // 6-bit g = 64: ≈ 0.0006
-  if (preset == "k3v2") return (0.0323 + 0.1145) / 2 * 1.1;  // 3-bit g = 32, 2-bit g = 64
+  if (preset == "k3v2") return (0.0323 + 0.1145) / 2 * 1.1;        // 3-bit g = 32, 2-bit g = 64
   if (preset == "k4v3-g32") return (0.0092 + 0.0323) / 2 * 1.1;
   if (preset == "k3v3-g32") return 0.0323 * 1.1;
   if (preset == "k3v2-g32-qjl") return 0.14;
@@ -86,7 +87,8 @@ TEST_P(PresetRoundTrip, WithinToleranceAndRawIsBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(
     PresetsShapesDtypes, PresetRoundTrip,
-    testing::Combine(testing::Values("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"),
+    testing::Combine(testing::Values("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32",
+                                     "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"),
                      testing::Values(64, 80, 96, 128, 192, 256),
                      testing::Values(DType::kFloat16, DType::kBFloat16, DType::kFloat32)));
 
@@ -152,7 +154,8 @@ TEST(BlockCodecTest, NormCorrectionKeepsGroupLengths) {
   const std::vector<uint8_t> raw = RandomBlock(shape, 5);
   CodecSpec spec;
   spec.key = spec.value = {3, 32, false};
-  const std::vector<uint8_t> dec = DecodeOk(MakeCodec(shape, spec), EncodeOk(MakeCodec(shape, spec), raw), DType::kFloat32);
+  const std::vector<uint8_t> dec =
+      DecodeOk(MakeCodec(shape, spec), EncodeOk(MakeCodec(shape, spec), raw), DType::kFloat32);
   for (size_t grp = 0; grp < shape.num_values() / 32; ++grp) {
     double nx = 0, ny = 0;
     for (size_t j = grp * 32; j < grp * 32 + 32; ++j) {
@@ -193,8 +196,8 @@ TEST(BlockCodecTest, QjlMakesInnerProductsUnbiased) {
   };
   const double mse_only = ratio(false);
   const double with_qjl = ratio(true);
-  EXPECT_LT(mse_only, 0.92);                  // biased low: ≈ 1 − g·MSE(2 bits) ≈ 0.89
-  EXPECT_NEAR(with_qjl, 1.0, 0.03);           // unbiased
+  EXPECT_LT(mse_only, 0.92);         // biased low: ≈ 1 − g·MSE(2 bits) ≈ 0.89
+  EXPECT_NEAR(with_qjl, 1.0, 0.03);  // unbiased
 }
 
 TEST(BlockCodecTest, ZerosStayExactlyZeroAndOneTokenWorks) {
@@ -203,7 +206,8 @@ TEST(BlockCodecTest, ZerosStayExactlyZeroAndOneTokenWorks) {
   for (const std::string& p : PresetNames()) {
     const BlockCodec c = MakeCodec(shape, Preset(p, 64));
     const std::vector<uint8_t> dec = DecodeOk(c, EncodeOk(c, raw), DType::kFloat32);
-    for (size_t i = 0; i < shape.num_values(); ++i) ASSERT_EQ(LoadAs(DType::kFloat32, dec, i), 0.0f) << p;
+    for (size_t i = 0; i < shape.num_values(); ++i)
+      ASSERT_EQ(LoadAs(DType::kFloat32, dec, i), 0.0f) << p;
   }
   // A zero group next to a non-zero one in the same head vector.
   for (size_t i = 32; i < 64; ++i) StoreAs(DType::kFloat16, raw, i, 1.0f);
@@ -235,8 +239,10 @@ TEST(BlockCodecTest, LayerRangeDecodeEqualsSliceOfFullDecode) {
   EXPECT_FALSE(VerifyPackedChecksum(damaged).ok());
   // Bad ranges.
   std::vector<uint8_t> out(layer_bytes);
-  EXPECT_EQ(c.Decode(packed, DType::kFloat16, {3, 3}, absl::MakeSpan(out)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(c.Decode(packed, DType::kFloat16, {5, 7}, absl::MakeSpan(out)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.Decode(packed, DType::kFloat16, {3, 3}, absl::MakeSpan(out)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.Decode(packed, DType::kFloat16, {5, 7}, absl::MakeSpan(out)).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(BlockCodecTest, ProtectedLayersUseHigherPrecision) {
@@ -291,21 +297,29 @@ TEST(BlockCodecTest, RejectsBadShapesSpecsAndBufferSizes) {
   auto code = [](const absl::StatusOr<BlockCodec>& c) { return c.status().code(); };
   absl::StatusOr<BlockCodec> c = BlockCodec::Create({1, 16, 1, 96, DType::kFloat16}, spec);
   EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(c.status().message().find("head_dim 96 is not a multiple of key.group_size 64"), std::string::npos)
+  EXPECT_NE(c.status().message().find("head_dim 96 is not a multiple of key.group_size 64"),
+            std::string::npos)
       << c.status();
-  EXPECT_EQ(code(BlockCodec::Create({0, 16, 1, 64, DType::kFloat16}, spec)), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 60, DType::kFloat16}, spec)), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 64, static_cast<DType>(9)}, spec)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(BlockCodec::Create({0, 16, 1, 64, DType::kFloat16}, spec)),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 60, DType::kFloat16}, spec)),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 64, static_cast<DType>(9)}, spec)),
+            absl::StatusCode::kInvalidArgument);
   spec.key.bits = 7;
-  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 64, DType::kFloat16}, spec)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 64, DType::kFloat16}, spec)),
+            absl::StatusCode::kInvalidArgument);
   spec.key = {4, 24, false};
-  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 96, DType::kFloat16}, spec)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 96, DType::kFloat16}, spec)),
+            absl::StatusCode::kInvalidArgument);
   spec.key = {16, 32, true};
-  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 64, DType::kFloat16}, spec)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 64, DType::kFloat16}, spec)),
+            absl::StatusCode::kInvalidArgument);
   spec.key = {4, 32, false};
   spec.protected_bits = 4;
   spec.protected_first_layers = 1;
-  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 64, DType::kFloat16}, spec)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(BlockCodec::Create({1, 16, 1, 64, DType::kFloat16}, spec)),
+            absl::StatusCode::kInvalidArgument);
 
   const BlockShape shape{1, 16, 1, 64, DType::kFloat16};
   const BlockCodec ok = MakeCodec(shape, Preset("k4v4-g32", 64));
@@ -352,14 +366,14 @@ TEST(BlockCodecTest, SectionsEncodedOutOfOrderAndSealedGiveEncodesBytes) {
     c.SealPacked(absl::MakeSpan(packed));
     EXPECT_EQ(packed, EncodeOk(c, raw));
     // Not whole sections, or past the end: InvalidArgument.
-    EXPECT_EQ(c.EncodeSections(absl::MakeConstSpan(raw).first(section - 1), 0,
-                               absl::MakeSpan(packed))
-                  .code(),
-              absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(c.EncodeSections(absl::MakeConstSpan(raw).first(2 * section), 5,
-                               absl::MakeSpan(packed))
-                  .code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        c.EncodeSections(absl::MakeConstSpan(raw).first(section - 1), 0, absl::MakeSpan(packed))
+            .code(),
+        absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        c.EncodeSections(absl::MakeConstSpan(raw).first(2 * section), 5, absl::MakeSpan(packed))
+            .code(),
+        absl::StatusCode::kInvalidArgument);
   }
 }
 

@@ -28,9 +28,9 @@ TEST(Float16Test, EveryHalfRoundTrips) {
 TEST(Float16Test, RoundsToNearestEven) {
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);
   EXPECT_EQ(FloatToHalf(65519.0f), 0x7BFF);
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);  // ties to even: infinity
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie between 0 and 2^-24 -> 0
-  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -26)), 0x0001);  // 1.5 * 2^-25 -> 2^-24
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);                      // ties to even: infinity
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);         // tie between 0 and 2^-24 -> 0
+  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -26)), 0x0001);         // 1.5 * 2^-25 -> 2^-24
   EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie -> even (1.0)
   EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(3.0f, -11)), 0x3C02);  // tie -> even (1 + 2^-9)
   EXPECT_EQ(FloatToHalf(-2.0f), 0xC000);

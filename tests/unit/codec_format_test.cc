@@ -13,8 +13,8 @@ namespace turbokv::codec {
 namespace {
 
 // The worked example of kernels/FORMAT.md: 2 layers, 2 tokens, 1 KV head, head_dim 16, fp16,
-// K 2-bit + QJL g = 8, V 3-bit g = 16, layer 1 protected at 8 bits, namespace id 0x1122334455667788,
-// values x[l][kv][t][d] = (l + 1) * (kv ? -1 : 1) * (t + 1) * (d - 7.5) / 8.
+// K 2-bit + QJL g = 8, V 3-bit g = 16, layer 1 protected at 8 bits, namespace id
+// 0x1122334455667788, values x[l][kv][t][d] = (l + 1) * (kv ? -1 : 1) * (t + 1) * (d - 7.5) / 8.
 BlockCodec ExampleCodec() {
   CodecSpec spec;
   spec.key = {2, 8, true};
@@ -159,7 +159,9 @@ TEST(FormatTest, ChecksumEqualsLibxxhashAtEveryLength) {
 
 TEST(FormatTest, SpecificHeaderErrors) {
   const std::vector<uint8_t> packed = ExamplePacked();
-  auto message = [](std::vector<uint8_t> b) { return std::string(ParsePackedBlock(b).status().message()); };
+  auto message = [](std::vector<uint8_t> b) {
+    return std::string(ParsePackedBlock(b).status().message());
+  };
   std::vector<uint8_t> b = packed;
   b[0] = 'X';
   EXPECT_NE(message(b).find("magic"), std::string::npos);

@@ -49,7 +49,8 @@ TEST_P(IsaEquivalence, IdenticalPackedBytesAndDecodedValues) {
 
 INSTANTIATE_TEST_SUITE_P(
     Presets, IsaEquivalence,
-    testing::Combine(testing::Values("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"),
+    testing::Combine(testing::Values("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32",
+                                     "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"),
                      testing::Values(8, 64, 80, 96, 128, 256),
                      testing::Values(DType::kFloat16, DType::kBFloat16, DType::kFloat32)));
 

@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "client/cli/npy.h"
 #include "codec_test_util.h"
 #include "gtest/gtest.h"
-#include "client/cli/npy.h"
 #include "turbokv/codec/block_codec.h"
 #include "turbokv/codec/codebook.h"
 

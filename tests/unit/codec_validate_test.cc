@@ -74,9 +74,20 @@ TEST(ValidatePackedValuesTest, ResidualBoundHoldsForEveryCodebook) {
   // at most ||y|| + sqrt(g) * |the level nearest 0|. The validator allows [0, 2]. One bit is
   // the worst case (levels move towards 0 with more bits: 1.82 at g = 8, 1 bit; 1.45 at 2
   // bits; 1.01 at 8 bits): every g at 1 bit, every bit width at g = 8 and 32.
-  for (auto [g, bits] : std::vector<std::pair<int, int>>{
-           {8, 1}, {16, 1}, {32, 1}, {64, 1}, {128, 1}, {256, 1}, {8, 2}, {8, 3}, {8, 4},
-           {8, 8}, {32, 2}, {32, 3}, {32, 4}, {32, 8}}) {
+  for (auto [g, bits] : std::vector<std::pair<int, int>>{{8, 1},
+                                                         {16, 1},
+                                                         {32, 1},
+                                                         {64, 1},
+                                                         {128, 1},
+                                                         {256, 1},
+                                                         {8, 2},
+                                                         {8, 3},
+                                                         {8, 4},
+                                                         {8, 8},
+                                                         {32, 2},
+                                                         {32, 3},
+                                                         {32, 4},
+                                                         {32, 8}}) {
     {
       absl::StatusOr<const Codebook*> cb = GetCodebook(g, bits);
       ASSERT_TRUE(cb.ok()) << cb.status();
@@ -111,10 +122,18 @@ TEST(ValidatePackedValuesTest, EveryEncodedBlockPasses) {
       const size_t v = i / shape.head_dim, j = i % shape.head_dim;
       float x = 0;
       switch (v % 4) {
-        case 0: x = j == v % shape.head_dim ? big : 0; break;
-        case 1: x = dtype == DType::kFloat16 ? 1000.0f : 1e20f; break;
-        case 2: x = dtype == DType::kFloat16 ? 1e-6f : 1e-30f; break;
-        default: x = 0; break;
+        case 0:
+          x = j == v % shape.head_dim ? big : 0;
+          break;
+        case 1:
+          x = dtype == DType::kFloat16 ? 1000.0f : 1e20f;
+          break;
+        case 2:
+          x = dtype == DType::kFloat16 ? 1e-6f : 1e-30f;
+          break;
+        default:
+          x = 0;
+          break;
       }
       StoreAs(dtype, extreme, i, x);
     }
@@ -205,8 +224,9 @@ TEST(ValidatePackedValuesTest, BlocksThatPassDecodeToFiniteValues) {
   // decodes are finite (fp16 output can overflow only where raw input of that magnitude would).
   const BlockShape shape = Shape();
   std::mt19937 rng(3);
-  for (const CodecSpec& spec : {Spec({1, 8, true}, {8, 64, false}), Spec({3, 16, true}, {2, 8, true}),
-                                Spec({4, 32, false}, {1, 256 / 4, true})}) {
+  for (const CodecSpec& spec :
+       {Spec({1, 8, true}, {8, 64, false}), Spec({3, 16, true}, {2, 8, true}),
+        Spec({4, 32, false}, {1, 256 / 4, true})}) {
     const BlockCodec c = MakeCodec(shape, spec);
     std::vector<uint8_t> p = EncodeOk(c, RandomBlock(shape, 4));
     absl::StatusOr<PackedBlockInfo> info = ParsePackedBlock(p);
@@ -219,8 +239,9 @@ TEST(ValidatePackedValuesTest, BlocksThatPassDecodeToFiniteValues) {
         const size_t at = SectionOffset(c, p, s);
         for (size_t g = 0; g < groups; ++g) {
           // Every fourth scale wide: any finite bf16 pattern (FORMAT.md, "Wide scales").
-          Put16(p, at + 2 * g, g % 4 == 3 ? static_cast<uint16_t>(0x8000u | rng() % 0x7F80u)
-                                          : static_cast<uint16_t>(rng() % 0x7C00));
+          Put16(p, at + 2 * g,
+                g % 4 == 3 ? static_cast<uint16_t>(0x8000u | rng() % 0x7F80u)
+                           : static_cast<uint16_t>(rng() % 0x7C00));
           if (sc.qjl) Put16(p, at + 2 * (groups + g), static_cast<uint16_t>(rng() % 0x4001));
         }
       }

@@ -6,8 +6,8 @@
 // runtime calls and the hardware fp16 conversions are outside it (tests/gpu/ covers those).
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -41,7 +41,8 @@ class Aligned {
 
 // What the backend keeps per codec, with host addresses where the device would have its own.
 struct EmulatedPlan {
-  explicit EmulatedPlan(const BlockCodec& c) : codec(c), plan(internal::MakeGpuPlan(c)), blob(plan.blob.size()) {
+  explicit EmulatedPlan(const BlockCodec& c)
+      : codec(c), plan(internal::MakeGpuPlan(c)), blob(plan.blob.size()) {
     const std::vector<uint8_t> m =
         internal::MaterializeBlob(plan, codec, reinterpret_cast<uintptr_t>(blob.data()));
     std::memcpy(blob.data(), m.data(), m.size());
@@ -110,10 +111,12 @@ std::vector<std::vector<uint8_t>> EmulateEncode(WarpEmulator& emu, const BlockCo
   EmulatedPlan ep(codec);
   const size_t n = raws.size();
   Aligned raw(n * codec.raw_bytes());
-  for (size_t i = 0; i < n; ++i) std::memcpy(raw.data() + i * codec.raw_bytes(), raws[i].data(), codec.raw_bytes());
+  for (size_t i = 0; i < n; ++i)
+    std::memcpy(raw.data() + i * codec.raw_bytes(), raws[i].data(), codec.raw_bytes());
   Aligned aligned(n * ep.plan.aligned_block_bytes);
   flagged->assign(n, 0);
-  for (GroupLaunch& a : ep.Launches(0, codec.shape().num_layers, static_cast<uint32_t>(n), codec.shape().dtype)) {
+  for (GroupLaunch& a :
+       ep.Launches(0, codec.shape().num_layers, static_cast<uint32_t>(n), codec.shape().dtype)) {
     EXPECT_EQ(a.values_block_stride, codec.raw_bytes());
     a.values = raw.data();
     a.aligned = aligned.data();
@@ -123,7 +126,8 @@ std::vector<std::vector<uint8_t>> EmulateEncode(WarpEmulator& emu, const BlockCo
   std::vector<std::vector<uint8_t>> packed(n, std::vector<uint8_t>(codec.packed_bytes()));
   for (size_t i = 0; i < n; ++i) {
     if ((*flagged)[i] != 0) continue;
-    internal::AlignedToPacked(ep.plan, aligned.data() + i * ep.plan.aligned_block_bytes, packed[i].data());
+    internal::AlignedToPacked(ep.plan, aligned.data() + i * ep.plan.aligned_block_bytes,
+                              packed[i].data());
     const absl::Status s = internal::FinishPackedBlock(codec, raws[i], absl::MakeSpan(packed[i]));
     EXPECT_TRUE(s.ok()) << s;
   }
@@ -150,21 +154,23 @@ std::vector<std::vector<uint8_t>> EmulateDecode(WarpEmulator& emu, const BlockCo
     Run(emu, ep.plan, a, /*encode=*/false);
   }
   // Unquantized sections: the plain decode kernel's work items.
-  internal::PlainLaunch pl = internal::MakePlainLaunch(
-      ep.plan, codec, reinterpret_cast<uintptr_t>(ep.blob.data()), range.begin, end,
-      static_cast<uint32_t>(n), out_dtype);
+  internal::PlainLaunch pl =
+      internal::MakePlainLaunch(ep.plan, codec, reinterpret_cast<uintptr_t>(ep.blob.data()),
+                                range.begin, end, static_cast<uint32_t>(n), out_dtype);
   pl.aligned = aligned.data();
   pl.values = out.data();
   EXPECT_EQ(pl.values_block_stride, out_bytes);
   for (uint64_t i = 0; i < internal::PlainItems(pl); ++i) internal::DecodePlainItem(pl, i);
   std::vector<std::vector<uint8_t>> result(n);
-  for (size_t i = 0; i < n; ++i) result[i].assign(out.data() + i * out_bytes, out.data() + (i + 1) * out_bytes);
+  for (size_t i = 0; i < n; ++i)
+    result[i].assign(out.data() + i * out_bytes, out.data() + (i + 1) * out_bytes);
   return result;
 }
 
 // "" when equal, else the first differing byte.
 std::string Diff(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
-  if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  if (got.size() != want.size())
+    return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] != want[i]) {
       return "byte " + std::to_string(i) + " of " + std::to_string(got.size()) + ": " +
@@ -187,7 +193,8 @@ void ExpectMatchesCpu(const BlockShape& shape, const CodecSpec& spec, int blocks
   const size_t zeros = std::min<size_t>(64, shape.num_values());
   for (size_t j = 0; j < zeros; ++j) testing_util::StoreAs(shape.dtype, raws[0], j, 0.0f);
   if (shape.num_values() > 2 * zeros) {
-    for (size_t j = zeros; j < 2 * zeros; ++j) testing_util::StoreAs(shape.dtype, raws[0], j, 1e-3f);
+    for (size_t j = zeros; j < 2 * zeros; ++j)
+      testing_util::StoreAs(shape.dtype, raws[0], j, 1e-3f);
     testing_util::StoreAs(shape.dtype, raws[0], 2 * zeros + 3, 3000.0f);
   }
   for (int i = 0; i < blocks; ++i) {
@@ -204,12 +211,14 @@ void ExpectMatchesCpu(const BlockShape& shape, const CodecSpec& spec, int blocks
     std::vector<LayerRange> ranges{LayerRange{0, -1}};
     if (shape.num_layers > 2) ranges.push_back(LayerRange{1, shape.num_layers});
     for (LayerRange range : ranges) {
-      const std::vector<std::vector<uint8_t>> dec = EmulateDecode(emu, *codec, cpu, out_dtype, range);
+      const std::vector<std::vector<uint8_t>> dec =
+          EmulateDecode(emu, *codec, cpu, out_dtype, range);
       for (int i = 0; i < blocks; ++i) {
         std::vector<uint8_t> want(*codec->DecodedBytes(out_dtype, range));
-        ASSERT_TRUE(codec->Decode(cpu[i], out_dtype, range, absl::MakeSpan(want), CpuIsa::kScalar).ok());
-        ASSERT_EQ(Diff(dec[i], want), "") << "block " << i << " out " << DTypeName(out_dtype) << " layers "
-                                << range.begin << ".." << range.end;
+        ASSERT_TRUE(
+            codec->Decode(cpu[i], out_dtype, range, absl::MakeSpan(want), CpuIsa::kScalar).ok());
+        ASSERT_EQ(Diff(dec[i], want), "") << "block " << i << " out " << DTypeName(out_dtype)
+                                          << " layers " << range.begin << ".." << range.end;
       }
     }
   }
@@ -229,7 +238,8 @@ TEST_P(WarpKernelMatchesCpu, PackedBytesAndDecodedValues) {
 
 INSTANTIATE_TEST_SUITE_P(
     Presets, WarpKernelMatchesCpu,
-    testing::Combine(testing::Values("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32", "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"),
+    testing::Combine(testing::Values("k8v6", "k8v4", "k6v6", "k6v5", "k6v4", "k5v4", "k4v4-g32",
+                                     "k4v3-g32", "k3v3-g32", "k3v2-g32-qjl", "k3v2", "raw"),
                      testing::Values(64, 96, 128, 256),
                      testing::Values(DType::kFloat16, DType::kBFloat16, DType::kFloat32)),
     [](const auto& info) {
@@ -278,7 +288,8 @@ TEST(WarpKernelTest, FlagsTheBlocksWithBadInputOnly) {
   testing_util::StoreAs(DType::kFloat32, raws[2], 5, std::numeric_limits<float>::infinity());
   // A group whose norm (and so its fp16 scale) is beyond fp16: the kernels flag it and the
   // host encodes the block on the CPU, which writes a wide scale (cuda_codec.cc, RunEncode).
-  for (int j = 0; j < 32; ++j) testing_util::StoreAs(DType::kFloat32, raws[3], 4 * 128 * 2 + 256 + j, 6e4f);
+  for (int j = 0; j < 32; ++j)
+    testing_util::StoreAs(DType::kFloat32, raws[3], 4 * 128 * 2 + 256 + j, 6e4f);
   WarpEmulator emu;
   std::vector<uint32_t> flagged;
   const std::vector<std::vector<uint8_t>> gpu = EmulateEncode(emu, *codec, raws, &flagged);
@@ -287,7 +298,8 @@ TEST(WarpKernelTest, FlagsTheBlocksWithBadInputOnly) {
   ASSERT_TRUE(codec->Encode(raws[0], absl::MakeSpan(cpu), CpuIsa::kScalar).ok());
   EXPECT_EQ(Diff(gpu[0], cpu), "");
   for (int i = 1; i < 3; ++i) {
-    EXPECT_EQ(codec->Encode(raws[i], absl::MakeSpan(cpu)).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(codec->Encode(raws[i], absl::MakeSpan(cpu)).code(),
+              absl::StatusCode::kInvalidArgument);
   }
   EXPECT_TRUE(codec->Encode(raws[3], absl::MakeSpan(cpu)).ok());
 }
@@ -309,12 +321,16 @@ TEST(WarpKernelTest, WideScalesDecodeLikeTheCpu) {
         ASSERT_TRUE(codec.ok());
         std::vector<std::vector<uint8_t>> raws{testing_util::RandomBlock(shape, 21),
                                                testing_util::RandomBlock(shape, 22)};
-        const float huge = dtype == DType::kFloat32 ? 3.0e38f : dtype == DType::kBFloat16 ? 0x1.fep127f : 6e4f;
+        const float huge = dtype == DType::kFloat32    ? 3.0e38f
+                           : dtype == DType::kBFloat16 ? 0x1.fep127f
+                                                       : 6e4f;
         const size_t vps = shape.vectors_per_section() * head_dim;
         for (size_t j = 0; j < static_cast<size_t>(head_dim); ++j) {
-          testing_util::StoreAs(dtype, raws[0], j, 12000.0f);                          // layer 0 K
-          testing_util::StoreAs(dtype, raws[0], vps + 2 * head_dim + j, j % 2 ? huge : -huge);  // layer 0 V
-          testing_util::StoreAs(dtype, raws[0], 3 * vps + j, j % 3 ? 0.5f * huge : -huge);  // layer 1 V (8-bit)
+          testing_util::StoreAs(dtype, raws[0], j, 12000.0f);  // layer 0 K
+          testing_util::StoreAs(dtype, raws[0], vps + 2 * head_dim + j,
+                                j % 2 ? huge : -huge);  // layer 0 V
+          testing_util::StoreAs(dtype, raws[0], 3 * vps + j,
+                                j % 3 ? 0.5f * huge : -huge);  // layer 1 V (8-bit)
         }
         std::vector<std::vector<uint8_t>> cpu(2, std::vector<uint8_t>(codec->packed_bytes()));
         for (int i = 0; i < 2; ++i) {
@@ -327,7 +343,8 @@ TEST(WarpKernelTest, WideScalesDecodeLikeTheCpu) {
           ASSERT_TRUE(first_scale & 0x8000) << "the 12,000s group is wide";
         }
         uint16_t v_scale;
-        const size_t v_group = 2 * static_cast<size_t>(head_dim) / codec->layers()[0].value.group_size;
+        const size_t v_group =
+            2 * static_cast<size_t>(head_dim) / codec->layers()[0].value.group_size;
         std::memcpy(&v_scale, cpu[0].data() + codec->plans()[1].offset + 2 * v_group, 2);
         ASSERT_TRUE(v_scale & 0x8000) << "the near-maximum V group is wide";
         WarpEmulator emu;
@@ -336,10 +353,13 @@ TEST(WarpKernelTest, WideScalesDecodeLikeTheCpu) {
         EXPECT_EQ(flagged, (std::vector<uint32_t>{1, 0}));
         EXPECT_EQ(Diff(gpu[1], cpu[1]), "");
         for (DType out_dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-          const std::vector<std::vector<uint8_t>> dec = EmulateDecode(emu, *codec, cpu, out_dtype, {0, -1});
+          const std::vector<std::vector<uint8_t>> dec =
+              EmulateDecode(emu, *codec, cpu, out_dtype, {0, -1});
           for (int i = 0; i < 2; ++i) {
             std::vector<uint8_t> want(*codec->DecodedBytes(out_dtype, {0, -1}));
-            ASSERT_TRUE(codec->Decode(cpu[i], out_dtype, {0, -1}, absl::MakeSpan(want), CpuIsa::kScalar).ok());
+            ASSERT_TRUE(
+                codec->Decode(cpu[i], out_dtype, {0, -1}, absl::MakeSpan(want), CpuIsa::kScalar)
+                    .ok());
             ASSERT_EQ(Diff(dec[i], want), "") << "block " << i << " out " << DTypeName(out_dtype);
           }
         }
@@ -357,7 +377,8 @@ struct CheckGroupSteps {
     std::mt19937 rng(kG);
     std::normal_distribution<float> normal;
     std::vector<float> x(internal::kWarpLanes / S::kLanesPerGroup * kG);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * std::exp2(static_cast<float>(i % 9) - 4);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = normal(rng) * std::exp2(static_cast<float>(i % 9) - 4);
     std::vector<float> got_fwht(x.size()), got_sum(x.size() / kG * S::kLanesPerGroup);
     WarpEmulator emu;
     ASSERT_EQ(emu.Run([&](const EmulatedWarp& w) {
@@ -368,13 +389,15 @@ struct CheckGroupSteps {
       got_sum[lane] = sum;
       internal::Fwht<kG>(w, v, p);
       for (int r = 0; r < S::kValuesPerLane; ++r) got_fwht[q * kG + S::Coord(p, r)] = v[r];
-    }), "");
+    }),
+              "");
     for (size_t q = 0; q < x.size() / kG; ++q) {
       std::vector<float> want(x.begin() + q * kG, x.begin() + (q + 1) * kG);
       const float want_sum = internal::SumSquares(want.data(), kG);
       internal::FwhtInPlace(want.data(), kG);
       for (int p = 0; p < S::kLanesPerGroup; ++p) {
-        EXPECT_EQ(internal::FloatBits(got_sum[q * S::kLanesPerGroup + p]), internal::FloatBits(want_sum))
+        EXPECT_EQ(internal::FloatBits(got_sum[q * S::kLanesPerGroup + p]),
+                  internal::FloatBits(want_sum))
             << "g " << kG << " group " << q << " lane position " << p;
       }
       for (int j = 0; j < kG; ++j) {
@@ -398,7 +421,8 @@ TEST(WarpEmulatorTest, ShufflesFollowCudaSemantics) {
     const float mine = static_cast<float>(w.lane() * 10);
     got_xor[w.lane()] = w.ShflXor(mine, 5);
     got_bcast[w.lane()] = w.Shfl(mine, 7);
-  }), "");
+  }),
+            "");
   for (int l = 0; l < 32; ++l) {
     EXPECT_EQ(got_xor[l], static_cast<float>((l ^ 5) * 10));
     EXPECT_EQ(got_bcast[l], 70.0f);
@@ -410,14 +434,16 @@ TEST(WarpEmulatorTest, ReportsDivergentCollectives) {
   WarpEmulator emu;
   EXPECT_NE(emu.Run([](const EmulatedWarp& w) {
     if (w.lane() < 16) (void)w.ShflXor(1.0f, 1);
-  }), "");
+  }),
+            "");
   EXPECT_NE(emu.Run([](const EmulatedWarp& w) {
     if (w.lane() == 3) {
       w.Sync();
     } else {
       (void)w.Shfl(1.0f, 0);
     }
-  }), "");
+  }),
+            "");
 }
 
 }  // namespace

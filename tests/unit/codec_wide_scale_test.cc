@@ -29,7 +29,8 @@ std::vector<CpuIsa> Isas() {
 }
 
 std::vector<uint16_t> Scales(const BlockCodec& c, const std::vector<uint8_t>& packed, int section) {
-  const SectionCodec& sc = section % 2 == 0 ? c.layers()[section / 2].key : c.layers()[section / 2].value;
+  const SectionCodec& sc =
+      section % 2 == 0 ? c.layers()[section / 2].key : c.layers()[section / 2].value;
   const size_t groups = c.shape().vectors_per_section() * c.shape().head_dim / sc.group_size;
   std::vector<uint16_t> out(groups);
   std::memcpy(out.data(), packed.data() + c.plans()[section].offset, 2 * groups);
@@ -68,17 +69,22 @@ TEST_P(WideScales, LargeGroupsRoundTripWithIdenticalBytesOnEveryIsa) {
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<uint8_t> raw = RandomBlock(shape, 5);
   const size_t hd = shape.head_dim, vps = shape.vectors_per_section() * hd;
-  for (size_t j = 0; j < hd; ++j) StoreAs(k.dtype, raw, j, j < 32 ? 12000.0f : (j % 2 ? -12000.0f : 12000.0f) * (1 + j % 7) / 2);
-  const float huge = k.dtype == DType::kFloat32 ? 3.0e38f : k.dtype == DType::kBFloat16 ? 0x1.fep127f : 60000.0f;
+  for (size_t j = 0; j < hd; ++j)
+    StoreAs(k.dtype, raw, j, j < 32 ? 12000.0f : (j % 2 ? -12000.0f : 12000.0f) * (1 + j % 7) / 2);
+  const float huge = k.dtype == DType::kFloat32    ? 3.0e38f
+                     : k.dtype == DType::kBFloat16 ? 0x1.fep127f
+                                                   : 60000.0f;
   const size_t v1 = vps + 3 * hd;  // layer 0 V, token 1, head 1
-  for (size_t j = 0; j < hd; ++j) StoreAs(k.dtype, raw, v1 + j, (j % 3 ? huge : -huge) * (j % 5 == 0 ? 1.0f : 0.75f));
+  for (size_t j = 0; j < hd; ++j)
+    StoreAs(k.dtype, raw, v1 + j, (j % 3 ? huge : -huge) * (j % 5 == 0 ? 1.0f : 0.75f));
 
   std::vector<std::vector<uint8_t>> packed;
   for (CpuIsa isa : Isas()) {
     packed.emplace_back(c->packed_bytes());
     const absl::Status s = c->Encode(raw, absl::MakeSpan(packed.back()), isa);
     ASSERT_TRUE(s.ok()) << CpuIsaName(isa) << ": " << s;
-    EXPECT_EQ(packed.back(), packed.front()) << CpuIsaName(isa) << " bytes differ from the scalar path";
+    EXPECT_EQ(packed.back(), packed.front())
+        << CpuIsaName(isa) << " bytes differ from the scalar path";
   }
   ASSERT_TRUE(VerifyPackedChecksum(packed[0]).ok());
   ASSERT_TRUE(c->ValidatePackedValues(packed[0]).ok()) << c->ValidatePackedValues(packed[0]);
@@ -99,10 +105,12 @@ TEST_P(WideScales, LargeGroupsRoundTripWithIdenticalBytesOnEveryIsa) {
     for (CpuIsa isa : Isas()) {
       dec.emplace_back(*c->DecodedBytes(out, {}));
       ASSERT_TRUE(c->Decode(packed[0], out, {}, absl::MakeSpan(dec.back()), isa).ok());
-      EXPECT_EQ(dec.back(), dec.front()) << CpuIsaName(isa) << " decode differs, out " << DTypeName(out);
+      EXPECT_EQ(dec.back(), dec.front())
+          << CpuIsaName(isa) << " decode differs, out " << DTypeName(out);
     }
     for (size_t i = 0; i < shape.num_values(); ++i) {
-      ASSERT_TRUE(std::isfinite(LoadAs(out, dec[0], i))) << "value " << i << " of " << DTypeName(out);
+      ASSERT_TRUE(std::isfinite(LoadAs(out, dec[0], i)))
+          << "value " << i << " of " << DTypeName(out);
     }
     if (out != DType::kFloat32) continue;
     EXPECT_LT(RelMse(k.dtype, raw, dec[0], 0, hd), k.bound) << "12,000s";
@@ -111,19 +119,23 @@ TEST_P(WideScales, LargeGroupsRoundTripWithIdenticalBytesOnEveryIsa) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    PresetsAndDtypes, WideScales,
-    testing::Values(Case{"k4v4-g32", DType::kFloat32, 0.02}, Case{"k4v4-g32", DType::kBFloat16, 0.02},
-                    Case{"k4v4-g32", DType::kFloat16, 0.02}, Case{"k4v3-g32", DType::kFloat32, 0.05},
-                    Case{"k8v4", DType::kFloat32, 0.02}, Case{"k8v4", DType::kBFloat16, 0.02},
-                    Case{"k3v2-g32-qjl", DType::kFloat32, 0.2}, Case{"k3v2-g32-qjl", DType::kBFloat16, 0.2}),
-    [](const auto& info) {
-      std::string name = std::string(info.param.preset) + "_" + std::string(DTypeName(info.param.dtype));
-      for (char& ch : name) {
-        if (ch == '-') ch = '_';
-      }
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(PresetsAndDtypes, WideScales,
+                         testing::Values(Case{"k4v4-g32", DType::kFloat32, 0.02},
+                                         Case{"k4v4-g32", DType::kBFloat16, 0.02},
+                                         Case{"k4v4-g32", DType::kFloat16, 0.02},
+                                         Case{"k4v3-g32", DType::kFloat32, 0.05},
+                                         Case{"k8v4", DType::kFloat32, 0.02},
+                                         Case{"k8v4", DType::kBFloat16, 0.02},
+                                         Case{"k3v2-g32-qjl", DType::kFloat32, 0.2},
+                                         Case{"k3v2-g32-qjl", DType::kBFloat16, 0.2}),
+                         [](const auto& info) {
+                           std::string name = std::string(info.param.preset) + "_" +
+                                              std::string(DTypeName(info.param.dtype));
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
 
 // A wide group quantizes exactly as the same group scaled into fp16's range: same indices,
 // scale 2^k times the narrow one up to fp16 vs bf16 rounding.
@@ -135,7 +147,8 @@ TEST(WideScaleTest, IndicesEqualThoseOfTheGroupScaledIntoRange) {
     const std::vector<uint8_t> small = RandomBlock(shape, 11);
     std::vector<uint8_t> big = small;
     const float factor = 0x1p20f;  // ~8 * 2^20: every group beyond 65,504
-    for (size_t i = 0; i < shape.num_values(); ++i) StoreAs(shape.dtype, big, i, LoadAs(shape.dtype, small, i) * factor);
+    for (size_t i = 0; i < shape.num_values(); ++i)
+      StoreAs(shape.dtype, big, i, LoadAs(shape.dtype, small, i) * factor);
     std::vector<uint8_t> ps(c->packed_bytes()), pb(c->packed_bytes());
     ASSERT_TRUE(c->Encode(small, absl::MakeSpan(ps)).ok());
     ASSERT_TRUE(c->Encode(big, absl::MakeSpan(pb)).ok());
@@ -144,12 +157,15 @@ TEST(WideScaleTest, IndicesEqualThoseOfTheGroupScaledIntoRange) {
       for (size_t g = 0; g < a.size(); ++g) {
         ASSERT_TRUE(b[g] & 0x8000) << preset << " section " << s << " group " << g;
         const double narrow = HalfToFloat(a[g]) * static_cast<double>(factor);
-        const double wide = BFloat16ToFloat(static_cast<uint16_t>(b[g] & 0x7FFF)) * std::ldexp(1.0, 72);
+        const double wide =
+            BFloat16ToFloat(static_cast<uint16_t>(b[g] & 0x7FFF)) * std::ldexp(1.0, 72);
         EXPECT_NEAR(wide / narrow, 1.0, 1.0 / 128) << preset << " section " << s << " group " << g;
       }
       // Everything after the scales (indices) is identical.
-      const size_t at = c->plans()[s].offset + 2 * a.size(), end = c->plans()[s].offset + c->plans()[s].bytes;
-      EXPECT_TRUE(std::equal(ps.begin() + at, ps.begin() + end, pb.begin() + at)) << preset << " section " << s;
+      const size_t at = c->plans()[s].offset + 2 * a.size(),
+                   end = c->plans()[s].offset + c->plans()[s].bytes;
+      EXPECT_TRUE(std::equal(ps.begin() + at, ps.begin() + end, pb.begin() + at))
+          << preset << " section " << s;
     }
   }
 }
@@ -171,7 +187,8 @@ TEST(WideScaleTest, ValuesAtTheDtypeMaximumDecodeFinite) {
       ASSERT_TRUE(c->Decode(packed, out, {}, absl::MakeSpan(dec)).ok());
       for (size_t i = 0; i < shape.num_values(); ++i) {
         const float v = LoadAs(out, dec, i);
-        ASSERT_TRUE(std::isfinite(v)) << DTypeName(dtype) << " -> " << DTypeName(out) << " value " << i;
+        ASSERT_TRUE(std::isfinite(v))
+            << DTypeName(dtype) << " -> " << DTypeName(out) << " value " << i;
         if (out == dtype) {
           EXPECT_EQ(std::signbit(v), i % 2 == 0) << i;
         }

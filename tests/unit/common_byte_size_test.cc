@@ -1,7 +1,6 @@
 // common/byte_size.h: the one parser and formatter of byte sizes (flags, the token file's
 // quotas, logs, the CLI's tables).
 #include "common/byte_size.h"
-
 #include "gtest/gtest.h"
 
 namespace turbokv {
@@ -51,8 +50,8 @@ TEST(FormatByteSizeFlagTest, ExactAndParsedBack) {
   EXPECT_EQ(FormatByteSizeFlag(1536), "1536");
   EXPECT_EQ(FormatByteSizeFlag(uint64_t{3} << 40), "3TiB");
   EXPECT_EQ(FormatByteSizeFlag(0), "0");
-  for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{4096}, uint64_t{10} << 30,
-                     (uint64_t{1} << 50) + 7}) {
+  for (uint64_t v :
+       {uint64_t{0}, uint64_t{1}, uint64_t{4096}, uint64_t{10} << 30, (uint64_t{1} << 50) + 7}) {
     EXPECT_EQ(*ParseByteSize(FormatByteSizeFlag(v)), v) << v;
   }
 }

@@ -1,11 +1,10 @@
 // common/option_table.h on a struct of its own: every kind of entry parses, formats, checks
 // its range and names its field and flag in each error.
-#include "common/option_table.h"
-
 #include <cstdint>
 #include <limits>
 #include <string>
 
+#include "common/option_table.h"
 #include "gtest/gtest.h"
 
 namespace turbokv {
@@ -49,8 +48,8 @@ const OptionTable<Toy>& ToyTable() {
                 /*min_exclusive=*/true)
         .Bytes("--size", "toy.size", &Toy::size, 4096, uint64_t{1} << 30, "Size")
         .Text("--policy", "toy.policy", &Toy::policy, "", {"lru", "lrfu"}, "Policy")
-        .Enum<Mode>("--mode", "toy.mode", &Toy::mode, {{"fast", Mode::kFast}, {"safe", Mode::kSafe}},
-                    "Mode")
+        .Enum<Mode>("--mode", "toy.mode", &Toy::mode,
+                    {{"fast", Mode::kFast}, {"safe", Mode::kSafe}}, "Mode")
         .Switch("--loud", "toy.loud", &Toy::loud, "Loud")
         .File("--path", "toy.path", &Toy::path, "Path")
         .Include(&Toy::inner, InnerTable());
@@ -137,7 +136,8 @@ TEST(OptionTableTest, ParseSetsTheFieldAndChecksTheRange) {
            Bad{"--policy", "fifo", "toy.policy \"fifo\" (--policy) is not one of lru, lrfu"},
            Bad{"--mode", "slow", "toy.mode \"slow\" (--mode) is not one of fast, safe"},
            Bad{"--loud", "maybe", "toy.loud \"maybe\" (--loud) is not true, false, 1 or 0"},
-           Bad{"--path", "/nonexistent/x.pem", "toy.path \"/nonexistent/x.pem\" (--path): no such file"},
+           Bad{"--path", "/nonexistent/x.pem",
+               "toy.path \"/nonexistent/x.pem\" (--path): no such file"},
            Bad{"--path", "/", "is a directory"},
        }) {
     Toy t;

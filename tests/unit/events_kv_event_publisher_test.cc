@@ -31,7 +31,7 @@ struct Seen {
 };
 
 std::string Str(const msgpack_object& o) {
-  return o.type == MSGPACK_OBJECT_STR ? std::string(o.via.str.ptr, o.via.str.size)
+  return o.type == MSGPACK_OBJECT_STR   ? std::string(o.via.str.ptr, o.via.str.size)
          : o.type == MSGPACK_OBJECT_BIN ? std::string(o.via.bin.ptr, o.via.bin.size)
                                         : std::string("<not a string>");
 }
@@ -41,8 +41,7 @@ std::vector<Seen> Decode(const std::string& payload, double* ts = nullptr) {
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;
-  EXPECT_EQ(msgpack_unpack_next(&u, payload.data(), payload.size(), &off),
-            MSGPACK_UNPACK_SUCCESS);
+  EXPECT_EQ(msgpack_unpack_next(&u, payload.data(), payload.size(), &off), MSGPACK_UNPACK_SUCCESS);
   EXPECT_EQ(off, payload.size());
   std::vector<Seen> out;
   const msgpack_object& root = u.data;
@@ -88,16 +87,20 @@ TEST(KvEventEncodingTest, SmallBatchIsVllmsKvEventBatchByteForByte) {
   // msgspec.msgpack.encode(KVEventBatch(ts=1.5, events=[BlockRemoved(block_hashes=[b"\1\2"],
   // medium="turbokv"), AllBlocksCleared()])) with vLLM 0.32 and 0.34:
   const std::string want = absl::HexStringToBytes(
-      "93"                                              // array(3): ts, events, dp rank
-      "cb3ff8000000000000"                              // float64 1.5
-      "92"                                              // array(2): the events
-      "83"                                              // map(3)
-      "a474797065" "ac426c6f636b52656d6f766564"        // "type": "BlockRemoved"
-      "ac626c6f636b5f686173686573" "91c4020102"        // "block_hashes": [bin 01 02]
-      "a66d656469756d" "a7747572626f6b76"              // "medium": "turbokv"
-      "81"                                              // map(1)
-      "a474797065" "b0416c6c426c6f636b73436c6561726564"  // "type": "AllBlocksCleared"
-      "c0");                                            // data_parallel_rank: None
+      "93"                  // array(3): ts, events, dp rank
+      "cb3ff8000000000000"  // float64 1.5
+      "92"                  // array(2): the events
+      "83"                  // map(3)
+      "a474797065"
+      "ac426c6f636b52656d6f766564"  // "type": "BlockRemoved"
+      "ac626c6f636b5f686173686573"
+      "91c4020102"  // "block_hashes": [bin 01 02]
+      "a66d656469756d"
+      "a7747572626f6b76"  // "medium": "turbokv"
+      "81"                // map(1)
+      "a474797065"
+      "b0416c6c426c6f636b73436c6561726564"  // "type": "AllBlocksCleared"
+      "c0");                                // data_parallel_rank: None
   EXPECT_EQ(absl::BytesToHexString(got), absl::BytesToHexString(want));
   const std::vector<Seen> seen = Decode(got);
   ASSERT_EQ(seen.size(), 2u);
@@ -119,18 +122,30 @@ TEST(KvEventEncodingTest, BlockStoredCarriesEveryRequiredField) {
   // b"b" * 32], parent_block_hash=None, token_ids=[], block_size=128, lora_id=None,
   // medium="turbokv", lora_name=None)]):
   EXPECT_EQ(absl::BytesToHexString(got),
-            "93" "cb4000000000000000" "91" "88"
-            "a474797065" "ab426c6f636b53746f726564"            // "type": "BlockStored"
-            "ac626c6f636b5f686173686573" "92"                  // "block_hashes": [
-            "c420" + absl::BytesToHexString(std::string(32, 'a')) +
-            "c420" + absl::BytesToHexString(std::string(32, 'b')) +   // ]
-            "b1706172656e745f626c6f636b5f68617368" "c0"        // "parent_block_hash": None
-            "a9746f6b656e5f696473" "90"                        // "token_ids": []
-            "aa626c6f636b5f73697a65" "cc80"                    // "block_size": 128
-            "a76c6f72615f6964" "c0"                            // "lora_id": None
-            "a66d656469756d" "a7747572626f6b76"                // "medium": "turbokv"
-            "a96c6f72615f6e616d65" "c0"                        // "lora_name": None
-            "c0");                                             // data_parallel_rank: None
+            "93"
+            "cb4000000000000000"
+            "91"
+            "88"
+            "a474797065"
+            "ab426c6f636b53746f726564"  // "type": "BlockStored"
+            "ac626c6f636b5f686173686573"
+            "92"  // "block_hashes": [
+            "c420" +
+                absl::BytesToHexString(std::string(32, 'a')) + "c420" +
+                absl::BytesToHexString(std::string(32, 'b')) +  // ]
+                "b1706172656e745f626c6f636b5f68617368"
+                "c0"  // "parent_block_hash": None
+                "a9746f6b656e5f696473"
+                "90"  // "token_ids": []
+                "aa626c6f636b5f73697a65"
+                "cc80"  // "block_size": 128
+                "a76c6f72615f6964"
+                "c0"  // "lora_id": None
+                "a66d656469756d"
+                "a7747572626f6b76"  // "medium": "turbokv"
+                "a96c6f72615f6e616d65"
+                "c0"    // "lora_name": None
+                "c0");  // data_parallel_rank: None
   const std::vector<Seen> seen = Decode(got);
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].type, "BlockStored");

@@ -36,10 +36,12 @@ TEST(CodecPoolTest, TheQueueIsBounded) {
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
   std::promise<void> started;
-  ASSERT_TRUE(pool.Submit([&started, gate] {  // gate by value: it outlives this scope's
-    started.set_value();
-    gate.wait();
-  }, nullptr));
+  ASSERT_TRUE(pool.Submit(
+      [&started, gate] {  // gate by value: it outlives this scope's
+        started.set_value();
+        gate.wait();
+      },
+      nullptr));
   started.get_future().wait();  // the worker is busy; the queue is empty
   EXPECT_TRUE(pool.Submit([] {}, nullptr));
   EXPECT_TRUE(pool.Submit([] {}, nullptr));

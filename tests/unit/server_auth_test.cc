@@ -16,11 +16,16 @@ TEST(TokenTableTest, Sha256MatchesTheKnownDigest) {
 }
 
 TEST(TokenTableTest, ParsesTokensCertsQuotasAndFindsThem) {
-  const std::string text = "# comment\n\n"
-                           "token " + Sha256Text("secret-a") + " team-a\n"
-                           "token " + Sha256Text("secret-ops") + "  ops   admin  # operators\n"
-                           "cert svc-b.example team-b\n"
-                           "quota team-a 10GiB\r\n";
+  const std::string text =
+      "# comment\n\n"
+      "token " +
+      Sha256Text("secret-a") +
+      " team-a\n"
+      "token " +
+      Sha256Text("secret-ops") +
+      "  ops   admin  # operators\n"
+      "cert svc-b.example team-b\n"
+      "quota team-a 10GiB\r\n";
   absl::StatusOr<TokenTable> t = ParseTokenTable(text);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_EQ(t->tokens.size(), 2u);

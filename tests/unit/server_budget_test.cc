@@ -187,7 +187,7 @@ TEST(ByteBudgetTest, ATenantWhoseLeasesAllWaitGoesOverItsShareWhereTheBudgetHasR
   Wait a_more, b_more;
   EXPECT_FALSE(a.Acquire(30, kLong, a_more.cb()));
   EXPECT_FALSE(b.Acquire(30, kLong, b_more.cb()));  // both of a's leases wait
-  EXPECT_TRUE(a_more.f.get().ok());                  // a holds more (50 > 40)
+  EXPECT_TRUE(a_more.f.get().ok());                 // a holds more (50 > 40)
   EXPECT_EQ(budget.forced_grants(), 2u);
   EXPECT_FALSE(b_more.ready());
   EXPECT_TRUE(other.Acquire(100, kLong, Never()));  // another tenant is unaffected

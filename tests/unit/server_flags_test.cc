@@ -123,16 +123,16 @@ TEST(ServerFlagsTest, EachDefaultTextParsesBackToTheDefault) {
 }
 
 TEST(ServerFlagsTest, SizesTakeTheirUnits) {
-  for (const auto& [text, bytes] : std::vector<std::pair<std::string, uint64_t>>{
-           {"10GiB", uint64_t{10} << 30},
-           {"512MiB", uint64_t{512} << 20},
-           {"2TiB", uint64_t{2} << 40},
-           {"100MB", 100'000'000},
-           {"3GB", 3'000'000'000},
-           {"4096", 4096},
-           {"10 gib", uint64_t{10} << 30},
-           {"1.5KiB", 1536},
-           {"64k", 65536}}) {
+  for (const auto& [text, bytes] :
+       std::vector<std::pair<std::string, uint64_t>>{{"10GiB", uint64_t{10} << 30},
+                                                     {"512MiB", uint64_t{512} << 20},
+                                                     {"2TiB", uint64_t{2} << 40},
+                                                     {"100MB", 100'000'000},
+                                                     {"3GB", 3'000'000'000},
+                                                     {"4096", 4096},
+                                                     {"10 gib", uint64_t{10} << 30},
+                                                     {"1.5KiB", 1536},
+                                                     {"64k", 65536}}) {
     ServerOptions o;
     ASSERT_EQ(Parse({"--capacity", text}, &o), "") << text;
     EXPECT_EQ(o.storage.capacity_bytes, bytes) << text;

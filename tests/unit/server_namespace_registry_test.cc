@@ -203,7 +203,7 @@ TEST(NamespaceRegistryTest, EachTenantHasItsOwnNamespaceLimitAndStoredBytes) {
   EXPECT_NE(a2.status().message().find("--max-namespaces-per-tenant"), std::string::npos)
       << a2.status();
   EXPECT_TRUE(registry.Register(salted(0), "a").ok());  // an existing one is not new
-  auto b0 = registry.Register(salted(0), "b");  // same descriptor, another tenant: its own
+  auto b0 = registry.Register(salted(0), "b");          // same descriptor, another tenant: its own
   ASSERT_TRUE(b0.ok()) << b0.status();
   EXPECT_NE(b0->ns->id, a0->ns->id);
   EXPECT_EQ(registry.TenantNamespaces("a"), 2u);

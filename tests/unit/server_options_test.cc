@@ -48,12 +48,12 @@ TEST(ServerOptionsTest, DefaultsValidateAndBadValuesNameTheField) {
 }
 
 TEST(ServerOptionsTest, ListenAddressNeedsAPort) {
-  for (const char* ok : {"0.0.0.0:50051", "127.0.0.1:0", "[::]:50051", "[::1]:0",
-                         "localhost:9000", "unix:/tmp/turbokv.sock"}) {
+  for (const char* ok : {"0.0.0.0:50051", "127.0.0.1:0", "[::]:50051", "[::1]:0", "localhost:9000",
+                         "unix:/tmp/turbokv.sock"}) {
     EXPECT_TRUE(ValidateListenAddress("listen_address", ok).ok()) << ok;
   }
-  for (const char* bad : {"127.0.0.1", "localhost", "::1", ":50051", "host:", "host:99999",
-                          "host:5x"}) {
+  for (const char* bad :
+       {"127.0.0.1", "localhost", "::1", ":50051", "host:", "host:99999", "host:5x"}) {
     absl::Status s = ValidateListenAddress("listen_address", bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("is not HOST:PORT"), std::string::npos) << s;
@@ -63,7 +63,6 @@ TEST(ServerOptionsTest, ListenAddressNeedsAPort) {
   EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ServerOptions().metrics.listen_address, "127.0.0.1:9464");  // loopback by default
 }
-
 
 }  // namespace
 }  // namespace turbokv::server

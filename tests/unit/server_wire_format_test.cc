@@ -2,8 +2,6 @@
 // primitives) against protobuf's own messages: the GetBlocksResponse bytes are the message's,
 // with the payload as its own slice, and a LookupRequest parses exactly when protobuf's
 // ParseFromString does, to the same fields; what does not parse is INVALID_ARGUMENT.
-#include "server/service/wire_format.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,6 +9,7 @@
 
 #include "absl/strings/escaping.h"
 #include "byte_buffer_test_util.h"
+#include "server/service/wire_format.h"
 
 namespace turbokv::server {
 namespace {
@@ -22,7 +21,8 @@ void ExpectParsesLikeProtobuf(std::string_view bytes) {
   const bool proto_ok = m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
   LookupRequestView v;
   const absl::Status s = ParseLookupRequest(bytes, &v);
-  ASSERT_EQ(s.ok(), proto_ok) << s << " on " << absl::CHexEscape(absl::string_view(bytes.data(), bytes.size()));
+  ASSERT_EQ(s.ok(), proto_ok) << s << " on "
+                              << absl::CHexEscape(absl::string_view(bytes.data(), bytes.size()));
   if (!s.ok()) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     return;
@@ -87,8 +87,10 @@ TEST(ServerWireFormatTest, LookupRequestParsesLikeProtobuf) {
   EXPECT_TRUE(v.block_hashes.empty());
 
   for (const std::string& bad : {bytes.substr(0, bytes.size() - 3),  // inside the lease varint
-                                 std::string("\x09\x01\x02", 3),  // short fixed64
-                                 std::string("\x12\x05" "ab", 4),    // bytes past the end
+                                 std::string("\x09\x01\x02", 3),     // short fixed64
+                                 std::string("\x12\x05"
+                                             "ab",
+                                             4),  // bytes past the end
                                  std::string("\x00", 1), std::string("\x0b", 1)}) {
     EXPECT_EQ(ParseLookupRequest(bad, &v).code(), absl::StatusCode::kInvalidArgument);
   }
@@ -98,20 +100,26 @@ TEST(ServerWireFormatTest, EveryPrefixParsesLikeProtobuf) {
   // Fields out of order, repeated (the last scalar wins), a known field number with another
   // wire type, unknown fields of every wire type (a group too), and an empty hash.
   std::string bytes;
-  bytes += std::string("\x18\x05", 2);                    // lease_seconds = 5
-  bytes += std::string("\x12\x03" "abc", 5);              // a hash
-  bytes += std::string("\x09", 1) + std::string(8, 'n');  // namespace_id
+  bytes += std::string("\x18\x05", 2);  // lease_seconds = 5
+  bytes += std::string(
+      "\x12\x03"
+      "abc",
+      5);                                                                    // a hash
+  bytes += std::string("\x09", 1) + std::string(8, 'n');                     // namespace_id
   bytes += std::string("\x20\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11);  // field 4, max varint
-  bytes += std::string("\x29", 1) + std::string(8, 'f');  // field 5, fixed64
-  bytes += std::string("\x35", 1) + std::string(4, 'g');  // field 6, fixed32
-  bytes += std::string("\x3a\x02zz", 4);                 // field 7, bytes
-  bytes += std::string("\x43\x08\x01\x44", 4);           // field 8, a group holding a varint
-  bytes += std::string("\x10\x07", 2);                    // field 2 (hashes), varint: unknown
-  bytes += std::string("\x0d" "abcd", 5);                 // field 1 (namespace), fixed32: unknown
-  bytes += std::string("\x12\x00", 2);                    // an empty hash
-  bytes += std::string("\x18\xe0\xa7\x12", 4);            // lease_seconds = 300000 (the last wins)
-  bytes += std::string("\x12\x01z", 3);                   // a third hash
-  v1::LookupRequest whole;  // what the whole parses to
+  bytes += std::string("\x29", 1) + std::string(8, 'f');                     // field 5, fixed64
+  bytes += std::string("\x35", 1) + std::string(4, 'g');                     // field 6, fixed32
+  bytes += std::string("\x3a\x02zz", 4);                                     // field 7, bytes
+  bytes += std::string("\x43\x08\x01\x44", 4);  // field 8, a group holding a varint
+  bytes += std::string("\x10\x07", 2);          // field 2 (hashes), varint: unknown
+  bytes += std::string(
+      "\x0d"
+      "abcd",
+      5);                                       // field 1 (namespace), fixed32: unknown
+  bytes += std::string("\x12\x00", 2);          // an empty hash
+  bytes += std::string("\x18\xe0\xa7\x12", 4);  // lease_seconds = 300000 (the last wins)
+  bytes += std::string("\x12\x01z", 3);         // a third hash
+  v1::LookupRequest whole;                      // what the whole parses to
   ASSERT_TRUE(whole.ParseFromString(bytes));
   EXPECT_EQ(whole.lease_seconds(), 300000u);
   EXPECT_EQ(whole.block_hashes_size(), 3);
@@ -122,18 +130,19 @@ TEST(ServerWireFormatTest, EveryPrefixParsesLikeProtobuf) {
 
 TEST(ServerWireFormatTest, MalformedParsesLikeProtobuf) {
   for (const std::string& bad : {
-           std::string("\x00", 1),                                  // field number 0
-           std::string("\x0e\x01", 2),                               // wire type 6
-           std::string("\x0f\x01", 2),                               // wire type 7
-           std::string("\x0c", 1),                                  // a stray end-group
-           std::string("\x43\x08\x01", 3),                          // a group never closed
-           std::string("\x80\x80\x80\x80\x80\x80", 6),               // a tag over 5 bytes
-           std::string("\x18\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12),  // an 11-byte varint
-           std::string("\x12\x80\x80\x80\x80\x08", 6) + "hash",       // a hash of 2^31 bytes
-           std::string("\x12\xff\xff\xff\xff\x0f", 6) + "hash",       // a hash of 2^32 - 1 bytes
+           std::string("\x00", 1),                      // field number 0
+           std::string("\x0e\x01", 2),                  // wire type 6
+           std::string("\x0f\x01", 2),                  // wire type 7
+           std::string("\x0c", 1),                      // a stray end-group
+           std::string("\x43\x08\x01", 3),              // a group never closed
+           std::string("\x80\x80\x80\x80\x80\x80", 6),  // a tag over 5 bytes
+           std::string("\x18\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+                       12),                                      // an 11-byte varint
+           std::string("\x12\x80\x80\x80\x80\x08", 6) + "hash",  // a hash of 2^31 bytes
+           std::string("\x12\xff\xff\xff\xff\x0f", 6) + "hash",  // a hash of 2^32 - 1 bytes
            std::string("\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11),  // of 2^64 - 1
-           std::string("\x3a\x80\x80\x80\x80\x10", 6) + "zz",        // unknown bytes of 2^32
-           std::string("\x09\x01\x02\x03\x04\x05\x06\x07", 8),       // namespace one byte short
+           std::string("\x3a\x80\x80\x80\x80\x10", 6) + "zz",   // unknown bytes of 2^32
+           std::string("\x09\x01\x02\x03\x04\x05\x06\x07", 8),  // namespace one byte short
        }) {
     ExpectParsesLikeProtobuf(bad);
     LookupRequestView v;

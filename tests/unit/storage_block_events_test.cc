@@ -92,8 +92,7 @@ TEST_F(BlockEventsTest, PutsReportTheStoredBlocksOnlyAndOncePerPut) {
   auto s = Open();
   PutNamespace(*s, kNs);
   // A bad hash is refused (InvalidArgument): not reported. A hash twice in one call: once.
-  std::vector<absl::Status> r =
-      PutMany(*s, kNs, {}, {HashOf(0), "short", HashOf(1), HashOf(0)});
+  std::vector<absl::Status> r = PutMany(*s, kNs, {}, {HashOf(0), "short", HashOf(1), HashOf(0)});
   ASSERT_TRUE(r[0].ok() && r[2].ok() && r[3].ok());
   ASSERT_EQ(r[1].code(), absl::StatusCode::kInvalidArgument);
   std::vector<RecordingSink::Call> calls = sink_.Take();

@@ -1,9 +1,8 @@
 // BlockIndex: slots, keys, accounting, memory per entry.
-#include "server/storage/block_index.h"
-
 #include <string>
 
 #include "gtest/gtest.h"
+#include "server/storage/block_index.h"
 
 namespace turbokv::server {
 namespace {
@@ -65,11 +64,13 @@ TEST(BlockIndexTest, ErasedSlotsAreReusedAndKeysStayFindable) {
   BlockIndex index;
   std::vector<uint32_t> slots;
   for (int i = 0; i < 1000; ++i) {
-    slots.push_back(index.Insert(7, "key-" + std::to_string(100000 + i), i + 1, At(1, i + 1, 10), 0));
+    slots.push_back(
+        index.Insert(7, "key-" + std::to_string(100000 + i), i + 1, At(1, i + 1, 10), 0));
   }
   for (int i = 0; i < 1000; i += 2) index.Erase(slots[i]);
   for (int i = 0; i < 500; ++i) {
-    const uint32_t s = index.Insert(7, "new-" + std::to_string(100000 + i), 5000 + i, At(2, i + 1, 10), 0);
+    const uint32_t s =
+        index.Insert(7, "new-" + std::to_string(100000 + i), 5000 + i, At(2, i + 1, 10), 0);
     EXPECT_LT(s, 1000u) << "a freed slot is taken before a new one";
   }
   EXPECT_EQ(index.slot_limit(), 1000u);

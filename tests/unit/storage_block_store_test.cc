@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -411,8 +411,8 @@ TEST_F(BlockStoreTest, EvictionNeverStrandsAChainTailAcrossCallsGetsAndLookups) 
       std::vector<std::string_view> views(chains[0].begin(), chains[0].end());
       for (size_t b = 0; b < views.size(); b += 3) {
         auto got = s->GetPinnedBlocks(
-            kNs, absl::MakeSpan(views).subspan(b, std::min<size_t>(3, views.size() - b)),
-            nullptr, &cursor);
+            kNs, absl::MakeSpan(views).subspan(b, std::min<size_t>(3, views.size() - b)), nullptr,
+            &cursor);
         ASSERT_TRUE(got.ok()) << got.status();
       }
       // Chain 1 may have lost its tail already (a request's last block is the least valuable).
@@ -824,8 +824,9 @@ TEST_F(BlockStoreTest, ALegacyBlobStoreIsMigratedIntoTheValueLog) {
       format::PutFixed64LE(&meta, format::TrailerOf(values[HashOf(i)]));
       ASSERT_TRUE(batch.Put(h[format::kBlocks], key, values[HashOf(i)]).ok());
       ASSERT_TRUE(batch.Put(h[format::kMeta], key, meta).ok());
-      ASSERT_TRUE(batch.Put(h[format::kAccess], key, format::EncodeAccess(1'700'000'000 + i,
-                                                                          uint64_t(i) << 20))
+      ASSERT_TRUE(batch
+                      .Put(h[format::kAccess], key,
+                           format::EncodeAccess(1'700'000'000 + i, uint64_t(i) << 20))
                       .ok());
     }
     rocksdb::WriteOptions wo;
@@ -853,7 +854,8 @@ TEST_F(BlockStoreTest, ALegacyBlobStoreIsMigratedIntoTheValueLog) {
   std::vector<rocksdb::ColumnFamilyHandle*> h;
   ASSERT_TRUE(
       rocksdb::DB::Open(format::DbOptions(o), o.data_dir, format::Descriptors(o), &h, &db).ok());
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), h[format::kBlocks]));
+  std::unique_ptr<rocksdb::Iterator> it(
+      db->NewIterator(rocksdb::ReadOptions(), h[format::kBlocks]));
   it->SeekToFirst();
   EXPECT_FALSE(it->Valid()) << "the legacy blocks family still has entries";
   it.reset();
@@ -914,9 +916,10 @@ TEST_F(BlockStoreTest, UnderChurnTheCapacityHoldsLiveBlocks) {
   }
   ASSERT_GT(samples, 20);
   const double live_mean = live_sum / samples;
-  std::printf("[store] churn of 3x a 32 MiB store: live bytes %.1f%% of the capacity (mean of %d "
-              "samples), value log + SSTs at most %.1f%%\n",
-              100 * live_mean, samples, 100.0 * max_counted / kCapacity);
+  std::printf(
+      "[store] churn of 3x a 32 MiB store: live bytes %.1f%% of the capacity (mean of %d "
+      "samples), value log + SSTs at most %.1f%%\n",
+      100 * live_mean, samples, 100.0 * max_counted / kCapacity);
   EXPECT_GE(live_mean, 0.90);
   EXPECT_LE(max_counted, kCapacity);
 }

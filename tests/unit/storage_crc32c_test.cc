@@ -1,12 +1,11 @@
 // RocksDB's CRC32C as RocksDB calls it (server/storage/rocksdb_crc32c.h): known answers, a
 // bitwise reference, and the self-test that guards the hardware path.
-#include "server/storage/rocksdb_crc32c.h"
-
 #include <cstdint>
 #include <random>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "server/storage/rocksdb_crc32c.h"
 
 namespace turbokv::server {
 namespace {
@@ -43,8 +42,8 @@ TEST(RocksDbCrc32c, MatchesBitwiseReferenceAtManyLengthsAndOffsets) {
   std::mt19937 rng(7);
   std::string buf((1 << 18) + 64, '\0');
   for (char& c : buf) c = static_cast<char>(rng());
-  for (size_t n : {0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 255, 256, 257,
-                   1000, 1023, 1024, 4095, 4096, 4097, 65536, 1 << 18}) {
+  for (size_t n : {0,   1,   2,   7,   8,   9,    15,   16,   17,   31,   63,   64,    65,     127,
+                   128, 129, 255, 256, 257, 1000, 1023, 1024, 4095, 4096, 4097, 65536, 1 << 18}) {
     for (size_t offset : {0, 1, 5, 13}) {
       const std::string_view piece(buf.data() + offset, n);
       EXPECT_EQ(RocksDbCrc32cExtend(0, piece), BitwiseExtend(0, piece.data(), n))
@@ -56,7 +55,8 @@ TEST(RocksDbCrc32c, MatchesBitwiseReferenceAtManyLengthsAndOffsets) {
   // Extending piece by piece equals one call (how RocksDB checksums a record's header + body).
   const std::string_view all(buf.data(), 100000);
   uint32_t crc = 0;
-  for (size_t pos = 0; pos < all.size(); pos += 7777) crc = RocksDbCrc32cExtend(crc, all.substr(pos, 7777));
+  for (size_t pos = 0; pos < all.size(); pos += 7777)
+    crc = RocksDbCrc32cExtend(crc, all.substr(pos, 7777));
   EXPECT_EQ(crc, BitwiseExtend(0, all.data(), all.size()));
 }
 

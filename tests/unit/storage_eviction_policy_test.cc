@@ -179,7 +179,7 @@ TEST(LrfuPolicyTest, AFrequentlyUsedBlockOutlivesABurstOfOneOffBlocks) {
   LrfuPolicy lrfu(lo);
   const ReplayResult a = Replay(trace, lru, o);
   const ReplayResult b = Replay(trace, lrfu, o);
-  EXPECT_EQ(a.hit_blocks, 0u);  // 19 one-offs between uses > 16 blocks
+  EXPECT_EQ(a.hit_blocks, 0u);       // 19 one-offs between uses > 16 blocks
   EXPECT_GE(b.hit_blocks, 3u * 10);  // the prompt hits on most of its 19 later uses (38 hits)
   const ReplayResult opt = ReplayBelady(trace, o);
   EXPECT_GE(opt.hit_blocks, b.hit_blocks);
@@ -266,9 +266,8 @@ TEST(GhostTableTest, CountsItsGhosts) {
 // -- replays of the public Mooncake trace (../shared/data/traces), skipped without it ----------
 
 std::vector<TraceRequest> LoadMooncake() {
-  const std::filesystem::path path = std::filesystem::path(TURBOKV_SOURCE_DIR) / ".." /
-                                     "shared" / "data" / "traces" /
-                                     "mooncake_synthetic_trace.jsonl";
+  const std::filesystem::path path = std::filesystem::path(TURBOKV_SOURCE_DIR) / ".." / "shared" /
+                                     "data" / "traces" / "mooncake_synthetic_trace.jsonl";
   std::vector<TraceRequest> trace;
   std::ifstream in(path);
   std::string line;

@@ -27,7 +27,7 @@ using testing::HashOf;
 using testing::MakeValue;
 
 constexpr uint64_t kNs = 0x0123456789abcdefULL;
-constexpr size_t kBlobValueBytes = 10000;  // three pages of the value log
+constexpr size_t kBlobValueBytes = 10000;   // three pages of the value log
 constexpr size_t kInlineValueBytes = 1000;  // one page
 
 namespace fs = std::filesystem;

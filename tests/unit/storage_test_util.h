@@ -4,19 +4,18 @@
 #ifndef TURBOKV_TESTS_UNIT_STORAGE_TEST_UTIL_H_
 #define TURBOKV_TESTS_UNIT_STORAGE_TEST_UTIL_H_
 
-#include <atomic>
-#include <cstdint>
-#include <cstring>
-#include <filesystem>
-#include <random>
-#include <string>
-
 #include <fcntl.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"

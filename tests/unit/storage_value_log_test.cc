@@ -1,8 +1,6 @@
 // ValueLog on a real filesystem in a temporary directory: records written once and read back
 // byte for byte, pages deallocated at once on erase, dead segments unlinked, garbage a crash
 // left reclaimed at open, the log scanned for salvage.
-#include "server/storage/value_log.h"
-
 #include <sys/stat.h>
 
 #include <atomic>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/storage/value_log.h"
 #include "storage_test_util.h"
 
 namespace turbokv::server {
@@ -113,7 +112,8 @@ TEST_F(ValueLogTest, ADamagedValueOrHeaderIsDataLoss) {
 TEST_F(ValueLogTest, EraseDeallocatesTheRecordsPagesAtOnce) {
   auto log = OpenLog();
   std::vector<RecordLocation> at;
-  for (int i = 0; i < 20; ++i) at.push_back(Append(*log, 1, HashOf(i), MakeValue(40000, rng_), i + 1));
+  for (int i = 0; i < 20; ++i)
+    at.push_back(Append(*log, 1, HashOf(i), MakeValue(40000, rng_), i + 1));
   const uint64_t full = log->AllocatedBytes();
   EXPECT_GE(full, 20 * 40960u);
   EXPECT_LE(full, 20 * 40960u + 2 * kPageBytes);
@@ -129,7 +129,8 @@ TEST_F(ValueLogTest, EraseDeallocatesTheRecordsPagesAtOnce) {
 TEST_F(ValueLogTest, SegmentsRollAndASegmentWithNoLiveRecordIsRemoved) {
   auto log = OpenLog(/*segment_bytes=*/uint64_t{1} << 20);
   std::vector<RecordLocation> at;
-  for (int i = 0; i < 100; ++i) at.push_back(Append(*log, 1, HashOf(i), MakeValue(40000, rng_), i + 1));
+  for (int i = 0; i < 100; ++i)
+    at.push_back(Append(*log, 1, HashOf(i), MakeValue(40000, rng_), i + 1));
   const size_t segments = log->SegmentCount();
   EXPECT_GE(segments, 4u);  // 25 records of 40 KiB to a 1 MiB segment
   EXPECT_EQ(Segments().size(), segments);

@@ -137,7 +137,8 @@ inline uint32_t EmulatedWarp::ShflXor(uint32_t v, int mask) const {
   return emu_->Collective(lane_, WarpEmulator::Op::kShflXor, v, mask);
 }
 inline float EmulatedWarp::Shfl(float v, int src_lane) const {
-  return absl::bit_cast<float>(emu_->Collective(lane_, WarpEmulator::Op::kShfl, absl::bit_cast<uint32_t>(v), src_lane));
+  return absl::bit_cast<float>(
+      emu_->Collective(lane_, WarpEmulator::Op::kShfl, absl::bit_cast<uint32_t>(v), src_lane));
 }
 inline void EmulatedWarp::Sync() const { emu_->Collective(lane_, WarpEmulator::Op::kSync, 0, 0); }
 

@@ -84,9 +84,9 @@ constexpr size_t kMaxEvalBlockBytes = size_t{1} << 30;
 absl::Status CheckEvalShape(const BlockShape& shape) {
   if (absl::Status s = codec::ValidateShape(shape); !s.ok()) return s;
   if (shape.raw_bytes() > kMaxEvalBlockBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a block of this shape is ", shape.raw_bytes(),
-                                                   " bytes; turbokv-codec eval handles blocks up to ",
-                                                   kMaxEvalBlockBytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a block of this shape is ", shape.raw_bytes(),
+        " bytes; turbokv-codec eval handles blocks up to ", kMaxEvalBlockBytes, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -117,11 +117,10 @@ absl::StatusOr<Workload> RandomWorkload(const EvalArgs& a) {
     }
     w.blocks.push_back(std::move(raw));
   }
-  w.description = absl::StrCat("random Gaussian directions, norms log-uniform in [0.1, 100], seed ",
-                               a.seed);
+  w.description =
+      absl::StrCat("random Gaussian directions, norms log-uniform in [0.1, 100], seed ", a.seed);
   return w;
 }
-
 
 float ToFloat(const cli::NpyArray& a, size_t i) {
   uint16_t h;
@@ -146,10 +145,12 @@ absl::StatusOr<Workload> NpyWorkload(const EvalArgs& a) {
   }
   Workload w;
   if (arr->descr != "<f2" && arr->descr != "<f4" && arr->descr != "<u2") {
-    return absl::InvalidArgumentError(absl::StrCat(a.source, ": dtype ", arr->descr,
-                                                   " is not supported; expected <f2, <f4 or <u2 (bf16 bits)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(a.source, ": dtype ", arr->descr,
+                     " is not supported; expected <f2, <f4 or <u2 (bf16 bits)"));
   }
-  const int64_t L = s[0], T = s[2], H = s[3], D = s[4];
+  // The raw layout's dimension names, [L][2][T][H][D], as in the messages below.
+  const int64_t L = s[0], T = s[2], H = s[3], D = s[4];  // NOLINT(readability-identifier-naming)
   const int bt = static_cast<int>(std::min<int64_t>(a.block_tokens, T));
   w.shape = {static_cast<int>(L), bt, static_cast<int>(H), static_cast<int>(D), DType::kFloat16};
   if (absl::Status s = CheckEvalShape(w.shape); !s.ok()) {
@@ -185,7 +186,7 @@ struct Quality {
 
 void Accumulate(const BlockShape& shape, const std::vector<uint8_t>& raw,
                 const std::vector<uint8_t>& decoded_f32, Quality* q) {
-  const size_t D = shape.head_dim;
+  const size_t D = shape.head_dim;  // NOLINT(readability-identifier-naming): head_dim
   const size_t per_section = shape.vectors_per_section();
   const size_t nvec = shape.num_values() / D;
   for (size_t v = 0; v < nvec; ++v) {
@@ -278,31 +279,43 @@ int RunEval(const EvalArgs& a) {
   // Theory: g·MSE of the (g, b) codebook, for the unprotected K section.
   double theory_k = NAN;
   if (spec.key.quantized()) {
-    absl::StatusOr<const codec::Codebook*> cb = codec::GetCodebook(spec.key.group_size, spec.key.bits);
+    absl::StatusOr<const codec::Codebook*> cb =
+        codec::GetCodebook(spec.key.group_size, spec.key.bits);
     if (cb.ok()) theory_k = (*cb)->g_mse;
   }
 
   // Speed: single thread, fp16 source bytes per second.
   std::vector<uint8_t> out16(c->raw_bytes());
-  const double t_enc = TimeIt([&] {
-    for (size_t b = 0; b < n; ++b) (void)c->Encode(w->blocks[b], absl::MakeSpan(packed[b]), isa);
-  }, a.min_seconds);
-  const double t_dec = TimeIt([&] {
-    for (size_t b = 0; b < n; ++b) (void)c->Decode(packed[b], DType::kFloat16, {}, absl::MakeSpan(out16), isa);
-  }, a.min_seconds);
+  const double t_enc = TimeIt(
+      [&] {
+        for (size_t b = 0; b < n; ++b)
+          (void)c->Encode(w->blocks[b], absl::MakeSpan(packed[b]), isa);
+      },
+      a.min_seconds);
+  const double t_dec = TimeIt(
+      [&] {
+        for (size_t b = 0; b < n; ++b)
+          (void)c->Decode(packed[b], DType::kFloat16, {}, absl::MakeSpan(out16), isa);
+      },
+      a.min_seconds);
   std::vector<uint8_t> copy(c->raw_bytes());
-  const double t_memcpy = TimeIt([&] {
-    for (size_t b = 0; b < n; ++b) std::memcpy(copy.data(), w->blocks[b].data(), copy.size());
-  }, a.min_seconds);
+  const double t_memcpy = TimeIt(
+      [&] {
+        for (size_t b = 0; b < n; ++b) std::memcpy(copy.data(), w->blocks[b].data(), copy.size());
+      },
+      a.min_seconds);
   std::vector<uint8_t> z(ZSTD_compressBound(c->raw_bytes()));
   ZSTD_CCtx* zc = ZSTD_createCCtx();
   double zstd_bytes = 0;
-  const double t_zstd = TimeIt([&] {
-    zstd_bytes = 0;
-    for (size_t b = 0; b < n; ++b) {
-      zstd_bytes += ZSTD_compressCCtx(zc, z.data(), z.size(), w->blocks[b].data(), w->blocks[b].size(), 1);
-    }
-  }, a.min_seconds);
+  const double t_zstd = TimeIt(
+      [&] {
+        zstd_bytes = 0;
+        for (size_t b = 0; b < n; ++b) {
+          zstd_bytes += ZSTD_compressCCtx(zc, z.data(), z.size(), w->blocks[b].data(),
+                                          w->blocks[b].size(), 1);
+        }
+      },
+      a.min_seconds);
   ZSTD_freeCCtx(zc);
 
   const double gb = raw_bytes / 1e9;
@@ -333,8 +346,10 @@ int RunEval(const EvalArgs& a) {
                 rel_mse_v, theory_k);
     std::printf("mean_cosine   %.6f\n", mean_cosine);
     std::printf("bpv           %.4f  (%zu packed bytes per %zu raw fp16 bytes, %.2fx)\n", bpv,
-                c->packed_bytes(), c->raw_bytes(), static_cast<double>(c->raw_bytes()) / c->packed_bytes());
-    std::printf("encode        %.3f GB/s   decode %.3f GB/s   (1 thread, fp16 bytes)\n", gb / t_enc, gb / t_dec);
+                c->packed_bytes(), c->raw_bytes(),
+                static_cast<double>(c->raw_bytes()) / c->packed_bytes());
+    std::printf("encode        %.3f GB/s   decode %.3f GB/s   (1 thread, fp16 bytes)\n", gb / t_enc,
+                gb / t_dec);
     std::printf("baselines     memcpy %.3f GB/s   zstd-1 %.3f GB/s at ratio %.3fx\n", gb / t_memcpy,
                 gb / t_zstd, raw_bytes / zstd_bytes);
   }
@@ -355,28 +370,43 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "turbokv-codec " TURBOKV_VERSION);
   EvalArgs a;
   CLI::App* eval = app.add_subcommand(
-      "eval", "Encode and decode vectors; print rel_mse, mean_cosine, bpv and GB/s next to memcpy "
-              "and zstd-1");
+      "eval",
+      "Encode and decode vectors; print rel_mse, mean_cosine, bpv and GB/s next to memcpy "
+      "and zstd-1");
   eval->add_option("--source", a.source,
                    "\"random\" or a raw-layout .npy [num_layers][2][T][num_kv_heads][head_dim] "
-                   "(fp16, fp32, or bf16 as uint16)")->capture_default_str();
-  eval->add_option("--vectors", a.vectors, "random: number of head vectors (rounded up to whole blocks)")
-      ->capture_default_str()->check(CLI::Range(1L, 1000000000L));
-  eval->add_option("--head-dim", a.head_dim, "random: head_dim")->capture_default_str()->check(CLI::Range(8, 4096));
-  eval->add_option("--group-size", a.group_size, "group size g (8..256, power of two)")->capture_default_str();
-  eval->add_option("--bits", a.bits, "bits per coordinate: 1, 2, 3, 4, 8 (16 = fp16, 0 = raw)")->capture_default_str();
+                   "(fp16, fp32, or bf16 as uint16)")
+      ->capture_default_str();
+  eval->add_option("--vectors", a.vectors,
+                   "random: number of head vectors (rounded up to whole blocks)")
+      ->capture_default_str()
+      ->check(CLI::Range(1L, 1000000000L));
+  eval->add_option("--head-dim", a.head_dim, "random: head_dim")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 4096));
+  eval->add_option("--group-size", a.group_size, "group size g (8..256, power of two)")
+      ->capture_default_str();
+  eval->add_option("--bits", a.bits, "bits per coordinate: 1, 2, 3, 4, 8 (16 = fp16, 0 = raw)")
+      ->capture_default_str();
   eval->add_option("--preset", a.preset, "a named preset (overrides --bits/--group-size/--qjl)");
   eval->add_option("--norm-correction", a.norm_correction, "on|off")
-      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   eval->add_flag("--qjl", a.qjl, "add the 1-bit QJL residual");
   eval->add_option("--seed", a.seed, "random: seed of the vectors")->capture_default_str();
   eval->add_flag("--json", a.json, "print one JSON object");
   eval->add_option("--isa", a.isa, "CPU path: auto|scalar|avx2|avx512")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "scalar", "avx2", "avx512"}));
-  eval->add_option("--num-layers", a.layers, "random: layers per block")->capture_default_str()->check(CLI::Range(1, 4096));
-  eval->add_option("--block-tokens", a.block_tokens, "tokens per block")->capture_default_str()->check(CLI::Range(1, 65535));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx512"}));
+  eval->add_option("--num-layers", a.layers, "random: layers per block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  eval->add_option("--block-tokens", a.block_tokens, "tokens per block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
   eval->add_option("--num-kv-heads", a.num_kv_heads, "random: KV heads per block")
-      ->capture_default_str()->check(CLI::Range(1, 4096));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   eval->add_option("--min-seconds", a.min_seconds, "least time spent timing each measurement")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -342,7 +342,7 @@ class Client final : public StoreClient {
   // InvalidArgument: empty target or invalid options.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const std::string& target, const ClientOptions& options = {});
-  ~Client();
+  ~Client() override;
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 

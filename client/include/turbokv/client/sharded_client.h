@@ -95,7 +95,7 @@ class ShardedClient final : public StoreClient {
   // connect. InvalidArgument: bad spec or options. Unavailable: a name does not resolve.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShardedClient>> Connect(
       absl::string_view endpoints, const ShardedClientOptions& options = {});
-  ~ShardedClient();
+  ~ShardedClient() override;
   ShardedClient(const ShardedClient&) = delete;
   ShardedClient& operator=(const ShardedClient&) = delete;
 

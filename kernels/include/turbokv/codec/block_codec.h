@@ -45,11 +45,11 @@ struct PackedBlockInfo {
   bool norm_correction = true;
   uint64_t rotation_seed = 0;
   uint64_t qjl_seed = 0;
-  CodecSpec spec;                     // the codec as written (seeds, protection, K/V codecs)
-  std::vector<LayerCodec> layers;     // one per layer (consistent with spec)
-  size_t header_bytes = 0;            // bytes before the first layer section
+  CodecSpec spec;                       // the codec as written (seeds, protection, K/V codecs)
+  std::vector<LayerCodec> layers;       // one per layer (consistent with spec)
+  size_t header_bytes = 0;              // bytes before the first layer section
   std::vector<uint32_t> layer_offsets;  // num_layers + 1 offsets, from the start of the block
-  size_t total_bytes = 0;             // whole block including the 8-byte checksum
+  size_t total_bytes = 0;               // whole block including the 8-byte checksum
 };
 
 // Parses and validates a packed block's header and layer table against its length. Does not
@@ -151,10 +151,10 @@ class BlockCodec {
     SectionCodec codec;
     uint64_t sign_key = 0;
     std::shared_ptr<const std::vector<float>> qjl_matrix;  // [g][g] when codec.qjl
-    std::vector<uint32_t> lane_sign_masks;  // SIMD sign table (quantized sections)
-    const Codebook* codebook = nullptr;     // quantized sections (process-lifetime cache)
-    size_t offset = 0;  // byte offset of the section in the packed block
-    size_t bytes = 0;   // bytes of the section
+    std::vector<uint32_t> lane_sign_masks;                 // SIMD sign table (quantized sections)
+    const Codebook* codebook = nullptr;  // quantized sections (process-lifetime cache)
+    size_t offset = 0;                   // byte offset of the section in the packed block
+    size_t bytes = 0;                    // bytes of the section
   };
   const std::vector<SectionPlan>& plans() const { return plans_; }  // [num_layers * 2]
 

@@ -59,8 +59,8 @@ int tkv_preset_params(const char* preset, int32_t head_dim, tkv_codec_params* pa
 
 // Creates a codec; *out receives it (free with tkv_codec_destroy). InvalidArgument when the
 // shape or parameters are invalid (the message names the field).
-int tkv_codec_create(const tkv_shape* shape, const tkv_codec_params* params,
-                     uint64_t namespace_id, tkv_codec** out);
+int tkv_codec_create(const tkv_shape* shape, const tkv_codec_params* params, uint64_t namespace_id,
+                     tkv_codec** out);
 void tkv_codec_destroy(tkv_codec* codec);
 
 // Bytes of one raw block [num_layers][2][block_tokens][num_kv_heads][head_dim] in the dtype.

@@ -1,4 +1,5 @@
-// Lloyd–Max codebooks for the coordinates of a uniformly random unit vector (docs/architecture.md, codec step 3).
+// Lloyd–Max codebooks for the coordinates of a uniformly random unit vector (docs/architecture.md,
+// codec step 3).
 //
 // For a random unit vector in R^g each coordinate t has density f(t) ∝ (1 − t²)^((g−3)/2) on
 // [−1, 1] (≈ N(0, 1/g) for large g). The b-bit codebook is the 2^b-level Lloyd–Max quantizer
@@ -40,8 +41,8 @@ struct Codebook {
   int buckets = 0;
   float bucket_lo = 0;
   float bucket_scale = 0;
-  std::vector<int32_t> bucket_base;        // [buckets]
-  std::vector<float> thresholds_padded;    // [2^b + 1]
+  std::vector<int32_t> bucket_base;      // [buckets]
+  std::vector<float> thresholds_padded;  // [2^b + 1]
 };
 
 // The bucket of y in `cb`'s acceleration table (the exact float operations the SIMD paths use).

@@ -81,11 +81,10 @@ class CudaCodec {
   // Decodes layers `range` of each packed block (header must be this codec's) into outs[i]
   // (codec.DecodedBytes(out_dtype, range) each), identical to codec.Decode. Checksums are not
   // verified here. On OK, block_status[i] is each block's result.
-  [[nodiscard]] virtual absl::Status DecodeBatch(const BlockCodec& codec,
-                                                 absl::Span<const absl::Span<const uint8_t>> packeds,
-                                                 DType out_dtype, LayerRange range,
-                                                 absl::Span<const absl::Span<uint8_t>> outs,
-                                                 absl::Span<absl::Status> block_status) = 0;
+  [[nodiscard]] virtual absl::Status DecodeBatch(
+      const BlockCodec& codec, absl::Span<const absl::Span<const uint8_t>> packeds, DType out_dtype,
+      LayerRange range, absl::Span<const absl::Span<uint8_t>> outs,
+      absl::Span<absl::Status> block_status) = 0;
 
   // Decodes packed blocks held in host memory into device memory on this codec's device:
   // out_device is [packeds.size()][range layers][2][block_tokens][num_kv_heads][head_dim] of
@@ -93,11 +92,10 @@ class CudaCodec {
   // 16-byte aligned). The work is queued on `stream` (a cudaStream_t of this device, or null
   // for the legacy default stream) after what is already queued there, and the call returns
   // once it is complete. A block that fails (block_status) is left as zeros.
-  [[nodiscard]] virtual absl::Status DecodeToDevice(const BlockCodec& codec,
-                                                    absl::Span<const absl::Span<const uint8_t>> packeds,
-                                                    DType out_dtype, LayerRange range,
-                                                    void* out_device, size_t out_bytes, void* stream,
-                                                    absl::Span<absl::Status> block_status) = 0;
+  [[nodiscard]] virtual absl::Status DecodeToDevice(
+      const BlockCodec& codec, absl::Span<const absl::Span<const uint8_t>> packeds, DType out_dtype,
+      LayerRange range, void* out_device, size_t out_bytes, void* stream,
+      absl::Span<absl::Status> block_status) = 0;
 
   // Kernel time of the most recent call to finish (any thread), in seconds: the sum over its
   // chunks of the interval from the first kernel's start to the last kernel's end (no copies).

@@ -53,7 +53,7 @@ TURBOKV_HD uint16_t FloatToHalf(float f) {
     return static_cast<uint16_t>(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u : 0u));
   }
   if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 65520
-  if (ax < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+  if (ax < 0x38800000u) {               // below the smallest normal half (2^-14): subnormal or zero
     if (ax < 0x33000000u) return sign;  // < 2^-25: rounds to zero (2^-25 ties to even zero)
     const uint32_t e = ax >> 23;
     const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;

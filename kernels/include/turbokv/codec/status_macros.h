@@ -10,16 +10,17 @@
 #define TURBOKV_INTERNAL_CONCAT(a, b) TURBOKV_INTERNAL_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define TURBOKV_RETURN_IF_ERROR(expr)                    \
-  do {                                                   \
-    ::absl::Status turbokv_status_ = (expr);             \
-    if (!turbokv_status_.ok()) return turbokv_status_;   \
+#define TURBOKV_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::absl::Status turbokv_status_ = (expr);           \
+    if (!turbokv_status_.ok()) return turbokv_status_; \
   } while (0)
 
 // `TURBOKV_ASSIGN_OR_RETURN(auto x, Foo());` assigns the value of an absl::StatusOr or returns
 // its status from the enclosing function.
-#define TURBOKV_ASSIGN_OR_RETURN(lhs, rexpr) \
-  TURBOKV_INTERNAL_ASSIGN_OR_RETURN(TURBOKV_INTERNAL_CONCAT(turbokv_statusor_, __LINE__), lhs, rexpr)
+#define TURBOKV_ASSIGN_OR_RETURN(lhs, rexpr)                                                   \
+  TURBOKV_INTERNAL_ASSIGN_OR_RETURN(TURBOKV_INTERNAL_CONCAT(turbokv_statusor_, __LINE__), lhs, \
+                                    rexpr)
 
 // NOLINTBEGIN(bugprone-macro-parentheses): `lhs` is a declaration, `statusor` a fresh name.
 #define TURBOKV_INTERNAL_ASSIGN_OR_RETURN(statusor, lhs, rexpr) \

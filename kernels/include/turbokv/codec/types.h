@@ -41,10 +41,10 @@ inline constexpr int kMaxHeadDim = 4096;
 
 // The shape of one raw KV block.
 struct BlockShape {
-  int num_layers = 0;    // >= 1
-  int block_tokens = 0;  // tokens per block, >= 1 (vLLM: 16, LMCache: 256)
-  int num_kv_heads = 0;  // KV heads of this shard, >= 1
-  int head_dim = 0;      // multiple of 8
+  int num_layers = 0;             // >= 1
+  int block_tokens = 0;           // tokens per block, >= 1 (vLLM: 16, LMCache: 256)
+  int num_kv_heads = 0;           // KV heads of this shard, >= 1
+  int head_dim = 0;               // multiple of 8
   DType dtype = DType::kFloat16;  // element type of the raw tensor
 
   // Head vectors in one K (or V) section of one layer: block_tokens * num_kv_heads.
@@ -70,9 +70,9 @@ struct BlockShape {
 //   bits 16:            every value as fp16 (protected layers); group_size is ignored.
 //   bits 0:             the raw source bytes, verbatim (the `raw` preset; bit-exact).
 struct SectionCodec {
-  int bits = 4;          // Default: 4
-  int group_size = 32;   // power of two in [8, 256] that divides head_dim. Default: 32
-  bool qjl = false;      // add the 1-bit QJL residual (bits 1..8 only). Default: off
+  int bits = 4;         // Default: 4
+  int group_size = 32;  // power of two in [8, 256] that divides head_dim. Default: 32
+  bool qjl = false;     // add the 1-bit QJL residual (bits 1..8 only). Default: off
 
   bool quantized() const { return bits >= 1 && bits <= 8; }
   friend bool operator==(const SectionCodec& a, const SectionCodec& b) {
@@ -96,7 +96,8 @@ struct CodecSpec {
   int protected_first_layers = 0;
   int protected_last_layers = 0;
   int protected_bits = 8;
-  // Store n / ||y_hat|| instead of n so decoded groups keep their length (docs/architecture.md, codec step 5).
+  // Store n / ||y_hat|| instead of n so decoded groups keep their length (docs/architecture.md,
+  // codec step 5).
   bool norm_correction = true;  // Default: on
   uint64_t rotation_seed = kDefaultRotationSeed;
   uint64_t qjl_seed = kDefaultQjlSeed;
