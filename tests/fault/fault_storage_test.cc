@@ -450,7 +450,10 @@ TEST(RandomDamage, BitFlipsAndTruncationsNeverServeWrongBytesOrStopTheServer) {
       // A misplaced file: one SST copied over another.
       const auto ssts = FilesOf(dir, ".sst");
       if (ssts.size() >= 2) {
-        const std::string from = ssts[rng() % ssts.size()], to = ssts[rng() % ssts.size()];
+        // Two different files (a file copied over itself is an error, not damage).
+        const size_t a = rng() % ssts.size();
+        const size_t b = (a + 1 + rng() % (ssts.size() - 1)) % ssts.size();
+        const std::string from = ssts[a], to = ssts[b];
         fs::copy_file(from, to, fs::copy_options::overwrite_existing);
         what = absl::StrCat(fs::path(from).filename().string(), " copied over ",
                             fs::path(to).filename().string());
