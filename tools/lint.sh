@@ -3,7 +3,7 @@
 # fails the run on a finding:
 #   1. clang-format (.clang-format: Google style, 100 columns) on every C++ and CUDA file the
 #      project owns: a file that would change is an error (fix: clang-format -i FILE),
-#   2. clang-tidy (.clang-tidy: naming per STYLE.md, bugprone, performance, a modernize subset)
+#   2. clang-tidy (.clang-tidy: the house naming, bugprone, performance, a modernize subset)
 #      on the project's own translation units in $BUILD/compile_commands.json (library, server,
 #      client and tool sources; tests and CUDA files are not run through it),
 #   3. ruff (ruff.toml: pycodestyle, pyflakes, isort, bugbear, pyupgrade) on the project's Python
