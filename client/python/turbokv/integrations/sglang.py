@@ -70,6 +70,7 @@ from turbokv.errors import StatusCode
 from turbokv.security import Security
 from turbokv.store_client import StoreClient
 
+from ._options import make_client, parse_options, security_of
 from .sglang_layout import (
     TORCH_TO_NS_DTYPE,
     PageGeometry,
@@ -134,39 +135,16 @@ class SGLangStorageOptions:
     token: str = dataclasses.field(default="", repr=False)
 
     def security(self) -> Security:
-        keys = {"tls": self.tls, "tls_ca": self.tls_ca, "tls_cert": self.tls_cert,
-                "tls_key": self.tls_key, "tls_server_name": self.tls_server_name,
-                "token": self.token, "token_file": self.token_file}
-        return Security.from_config({k: v for k, v in keys.items() if v})
+        return security_of(self)
 
     @classmethod
     def from_extra_config(cls, extra: dict[str, Any] | None) -> SGLangStorageOptions:
         """Raises ValueError naming unknown, missing or out-of-range keys."""
         extra = {k: v for k, v in (extra or {}).items() if k not in _SGLANG_KEYS}
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(extra) - set(fields))
-        if unknown:
-            raise ValueError("turbokv: unknown keys %s in --hicache-storage-backend-extra-config; "
-                             "known: %s" % (unknown, ", ".join(sorted(fields))))
-        if not extra.get("server"):
-            raise ValueError("turbokv: --hicache-storage-backend-extra-config needs \"server\" "
-                             "(HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT)")
-        kwargs: dict[str, Any] = {}
-        for k, v in extra.items():
-            typ = fields[k].type
-            try:
-                if typ in ("bool", bool):
-                    kwargs[k] = v if isinstance(v, bool) else str(v).lower() in ("1", "true",
-                                                                                  "yes", "on")
-                elif typ in ("int", int):
-                    kwargs[k] = int(v)
-                elif typ in ("float", float):
-                    kwargs[k] = float(v)
-                else:
-                    kwargs[k] = str(v)
-            except (TypeError, ValueError) as e:
-                raise ValueError("turbokv: %s=%r: %s" % (k, v, e)) from None
-        opts = cls(**kwargs)
+        opts = parse_options(cls, extra, prefix="turbokv",
+                             unknown_message="turbokv: unknown keys %s in "
+                                             "--hicache-storage-backend-extra-config; known: %s",
+                             config_name="--hicache-storage-backend-extra-config")
         for name, lo in (("lease_seconds", 0), ("max_batch_mib", 1), ("replicas", 1)):
             if getattr(opts, name) < lo:
                 raise ValueError("turbokv: %s must be >= %d, got %r" % (name, lo,
@@ -631,12 +609,6 @@ def _page_starts(host_indices: torch.Tensor, n: int, page_size: int) -> list[int
 
 def _make_client(opts: SGLangStorageOptions) -> StoreClient:
     """A ``Client`` for one ``HOST:PORT``, else a ``ShardedClient``."""
-    from turbokv.client import Client
-    from turbokv.sharded_client import ShardedClient
-    target = opts.server.strip()
-    timeout = max(opts.get_timeout_s, opts.set_timeout_s)
-    if "," in target or target.startswith("dns:"):
-        return ShardedClient(target, replicas=opts.replicas, timeout=timeout, max_attempts=1,
-                             node_down_seconds=max(opts.retry_after_s, 1.0),
-                             security=opts.security())
-    return Client(target, timeout=timeout, max_attempts=2, security=opts.security())
+    return make_client(opts.server, timeout=max(opts.get_timeout_s, opts.set_timeout_s),
+                       replicas=opts.replicas, retry_after_s=opts.retry_after_s,
+                       security=opts.security())

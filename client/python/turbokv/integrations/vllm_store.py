@@ -15,6 +15,9 @@ from turbokv.security import Security
 from turbokv.sharding import DEFAULT_SEGMENT_BLOCKS
 from turbokv.store_client import StoreClient
 
+from ._options import make_client as _make_client
+from ._options import parse_options, security_of
+
 # A child of vLLM's "vllm" logger, so lines come out with vLLM's format and level.
 logger = logging.getLogger("vllm.turbokv")
 
@@ -89,38 +92,15 @@ class ConnectorOptions:
 
     def security(self) -> Security:
         """The connection's TLS and token settings (these keys, else the environment)."""
-        keys = {"tls": self.tls, "tls_ca": self.tls_ca, "tls_cert": self.tls_cert,
-                "tls_key": self.tls_key, "tls_server_name": self.tls_server_name,
-                "token": self.token, "token_file": self.token_file}
-        return Security.from_config({k: v for k, v in keys.items() if v})
+        return security_of(self)
 
     @classmethod
     def from_extra_config(cls, extra: dict) -> ConnectorOptions:
         """Raises ValueError naming unknown or out-of-range keys."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(extra) - set(fields))
-        if unknown:
-            raise ValueError("turbokv connector: unknown kv_connector_extra_config keys %s; "
-                             "known: %s" % (unknown, ", ".join(sorted(fields))))
-        if not extra.get("server"):
-            raise ValueError("turbokv connector: kv_connector_extra_config needs \"server\" "
-                             "(HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT)")
-        kwargs: dict[str, object] = {}
-        for k, v in extra.items():
-            typ = fields[k].type
-            try:
-                if typ in ("bool", bool):
-                    kwargs[k] = v if isinstance(v, bool) else str(v).lower() in ("1", "true",
-                                                                                  "yes", "on")
-                elif typ in ("int", int):
-                    kwargs[k] = int(v)
-                elif typ in ("float", float):
-                    kwargs[k] = float(v)
-                else:
-                    kwargs[k] = str(v)
-            except (TypeError, ValueError) as e:
-                raise ValueError("turbokv connector: %s=%r: %s" % (k, v, e)) from None
-        opts = cls(**kwargs)  # type: ignore[arg-type]  # each value converted to its field type
+        opts = parse_options(cls, extra, prefix="turbokv connector",
+                             unknown_message="turbokv connector: unknown kv_connector_extra_config "
+                                             "keys %s; known: %s",
+                             config_name="kv_connector_extra_config")
         for name, lo in (("lease_seconds", 0), ("block_tokens", 0), ("max_pending_save_mib", 0),
                          ("replicas", 1), ("segment_blocks", 1)):
             if getattr(opts, name) < lo:
@@ -154,14 +134,9 @@ class NamespaceShape:
 
 def make_client(opts: ConnectorOptions, timeout: float) -> StoreClient:
     """A ``Client`` for one ``HOST:PORT``, else a ``ShardedClient``."""
-    from turbokv.client import Client
-    from turbokv.sharded_client import ShardedClient
-    target = opts.server.strip()
-    if "," in target or target.startswith("dns:"):
-        return ShardedClient(target, replicas=opts.replicas, timeout=timeout, max_attempts=1,
-                             node_down_seconds=max(opts.retry_after_s, 1.0),
-                             security=opts.security(), segment_blocks=opts.segment_blocks)
-    return Client(target, timeout=timeout, max_attempts=2, security=opts.security())
+    return _make_client(opts.server, timeout=timeout, replicas=opts.replicas,
+                        retry_after_s=opts.retry_after_s, security=opts.security(),
+                        segment_blocks=opts.segment_blocks)
 
 
 def failure_reason(err: BaseException) -> str:
