@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,39 +28,18 @@
 #include "CLI/CLI.hpp"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "nlohmann/json.hpp"
+#include "bench/mooncake_trace.h"
 #include "server/storage/eviction_policy.h"
 #include "server/storage/eviction_replay.h"
 #include "server/storage/lrfu_policy.h"
 
 namespace {
 
+using turbokv::bench::LoadTrace;
 using turbokv::server::EvictionPolicy;
 using turbokv::server::kNoSlot;
 using turbokv::server::RequestInfo;
 using turbokv::server::TraceRequest;
-
-std::vector<TraceRequest> LoadTrace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    std::fprintf(stderr, "cannot open %s\n", path.c_str());
-    std::exit(2);
-  }
-  std::vector<TraceRequest> trace;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("hash_ids")) {
-      std::fprintf(stderr, "%s: not a request with hash_ids\n", path.c_str());
-      std::exit(2);
-    }
-    TraceRequest r;
-    for (const nlohmann::json& id : j["hash_ids"]) r.blocks.push_back(id.get<uint64_t>());
-    trace.push_back(std::move(r));
-  }
-  return trace;
-}
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ULL;
