@@ -214,7 +214,7 @@ absl::Status RunNsList(const GlobalOptions& g, const Client& c) {
     std::cout << NamespaceTable(s.namespaces) << std::flush;
     return absl::OkStatus();
   }
-  std::vector<std::string> rows;
+  std::vector<JsonObject> rows;
   for (const client::NamespaceStats& ns : s.namespaces) {
     const NamespaceDescriptor& d = ns.descriptor;
     JsonObject n;
@@ -230,10 +230,10 @@ absl::Status RunNsList(const GlobalOptions& g, const Client& c) {
         .Add("blocks", ns.blocks)
         .Add("stored_bytes", ns.stored_bytes)
         .Add("logical_bytes", ns.logical_bytes);
-    rows.push_back(n.Dump());
+    rows.push_back(std::move(n));
   }
   JsonObject o;
-  o.Add("count", uint64_t{s.namespaces.size()}).AddRawArray("namespaces", rows);
+  o.Add("count", uint64_t{s.namespaces.size()}).AddArray("namespaces", rows);
   Emit(g, o);
   return absl::OkStatus();
 }
@@ -473,13 +473,13 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
       .Add("evicted_blocks", s.evicted_blocks)
       .Add("checksum_failures", s.checksum_failures);
   // Over several servers, the figures are sums over the nodes that answered: say which did not.
-  std::vector<std::string> unanswered;
+  std::vector<JsonObject> unanswered;
   for (const auto& [node, status] : s.unanswered_nodes) {
     std::cerr << "turbokv: warning: node " << node << " did not answer (" << status.ToString()
               << "); the figures leave it out\n";
-    unanswered.push_back(JsonObject().Add("node", node).Add("error", status.ToString()).Dump());
+    unanswered.push_back(JsonObject().Add("node", node).Add("error", status.ToString()));
   }
-  if (!unanswered.empty()) o.AddRawArray("unanswered_nodes", unanswered);
+  if (!unanswered.empty()) o.AddArray("unanswered_nodes", unanswered);
   if (!g.json) {
     // The server's figures as "key: value" lines, then the namespaces as a table.
     Emit(g, o);
@@ -487,7 +487,7 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
               << (s.namespaces.empty() ? "" : NamespaceTable(s.namespaces)) << std::flush;
     return absl::OkStatus();
   }
-  std::vector<std::string> nss;
+  std::vector<JsonObject> nss;
   for (const client::NamespaceStats& ns : s.namespaces) {
     JsonObject n;
     n.Add("namespace_id", client::FormatNamespaceId(ns.namespace_id))
@@ -501,9 +501,9 @@ absl::Status RunStats(const GlobalOptions& g, const Client& c) {
         .Add("blocks", ns.blocks)
         .Add("stored_bytes", ns.stored_bytes)
         .Add("logical_bytes", ns.logical_bytes);
-    nss.push_back(n.Dump());
+    nss.push_back(std::move(n));
   }
-  o.AddRawArray("namespaces", nss);
+  o.AddArray("namespaces", nss);
   Emit(g, o);
   return absl::OkStatus();
 }

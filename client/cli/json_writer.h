@@ -1,5 +1,7 @@
-// A minimal writer for the CLI's one-line JSON objects (`--json`). Keys keep insertion order.
-// Numbers: integers exactly, doubles with up to 6 significant digits (non-finite -> null).
+// The CLI's one-line JSON objects (`--json`) and their "key: value" form for people, on
+// nlohmann-json (ordered_json: keys keep insertion order). Numbers: integers exactly, doubles
+// rounded to 6 significant digits (non-finite -> null). Strings that are not valid UTF-8 get
+// U+FFFD for the bad bytes instead of failing the dump.
 #ifndef TURBOKV_CLIENT_CLI_JSON_WRITER_H_
 #define TURBOKV_CLIENT_CLI_JSON_WRITER_H_
 
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace turbokv::cli {
 
@@ -30,8 +33,8 @@ class JsonObject {
   JsonObject& Add(absl::string_view key, const JsonObject& value);
   // A nested object shown to people as `human` instead of its JSON.
   JsonObject& Add(absl::string_view key, const JsonObject& value, std::string human);
-  // A JSON array of already-serialized values.
-  JsonObject& AddRawArray(absl::string_view key, const std::vector<std::string>& values);
+  // A JSON array of objects (shown to people as that array's JSON).
+  JsonObject& AddArray(absl::string_view key, const std::vector<JsonObject>& values);
 
   // "{...}" on one line.
   std::string Dump() const;
@@ -39,16 +42,11 @@ class JsonObject {
   std::string Human() const;
 
  private:
-  struct Field {
-    std::string key;
-    std::string json;   // serialized JSON value
-    std::string human;  // the value as a person reads it
-  };
-  std::vector<Field> fields_;
-};
+  JsonObject& Put(absl::string_view key, nlohmann::ordered_json value, std::string human);
 
-// A JSON string literal with escapes.
-std::string JsonQuote(absl::string_view s);
+  nlohmann::ordered_json json_ = nlohmann::ordered_json::object();
+  std::vector<std::pair<std::string, std::string>> human_;  // (key, value as people read it)
+};
 
 }  // namespace turbokv::cli
 

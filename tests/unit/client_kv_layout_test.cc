@@ -91,11 +91,17 @@ TEST(JsonWriterTest, DumpsOneLineWithEscapes) {
       .Add("ok", true)
       .Add("msg", "a\"b\\c\n\x01")
       .Add("put", inner)
-      .AddRawArray("list", {"1", "2"});
+      .AddArray("list", {JsonObject().Add("a", 1), JsonObject().Add("b", 2)});
   EXPECT_EQ(o.Dump(),
             "{\"id\":\"00ff\",\"n\":18446744073709551615,\"neg\":-3,\"ok\":true,"
-            "\"msg\":\"a\\\"b\\\\c\\n\\u0001\",\"put\":{\"p50_ms\":1.25},\"list\":[1,2]}");
+            "\"msg\":\"a\\\"b\\\\c\\n\\u0001\",\"put\":{\"p50_ms\":1.25},"
+            "\"list\":[{\"a\":1},{\"b\":2}]}");
   EXPECT_EQ(JsonObject().Add("x", 0.0 / 0.0).Dump(), "{\"x\":null}");
+  // Doubles keep 6 significant digits, in JSON and for people.
+  EXPECT_EQ(JsonObject().Add("r", 3.14159265).Dump(), "{\"r\":3.14159}");
+  EXPECT_EQ(JsonObject().Add("r", 3.14159265).Human(), "r: 3.14159\n");
+  // Bytes that are not UTF-8 are replaced, not a failed dump.
+  EXPECT_EQ(JsonObject().Add("m", std::string("a\xff")).Dump(), "{\"m\":\"a\xef\xbf\xbd\"}");
   EXPECT_EQ(JsonObject().Add("a", "b").Add("c", 2).Human(), "a: b\nc: 2\n");
 }
 
