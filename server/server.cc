@@ -128,6 +128,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   TURBOKV_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<Server> s(new Server());
   s->options_ = options;
+  s->tasks_ = std::make_unique<PeriodicTasks>("tkv-periodic");
   TURBOKV_ASSIGN_OR_RETURN(CodecBackend backend, SelectCodecBackend(options.codec.backend));
 
   // The metrics port is bound before the store is opened, and a data dir this call created is
@@ -171,7 +172,7 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
                                        [](absl::Span<const uint8_t> value) {
                                          return codec::VerifyPackedChecksum(value);
                                        },
-                                       /*clock=*/nullptr, kv_events_.get()));
+                                       /*clock=*/nullptr, kv_events_.get(), tasks_.get()));
   registry_ = std::make_unique<NamespaceRegistry>(store_.get(), options.codec.default_preset,
                                                   options.limits);
   TURBOKV_RETURN_IF_ERROR(registry_->Load());
@@ -195,14 +196,15 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
 
   metrics_ = std::make_unique<Metrics>(*prometheus_, backend.name, options.storage.capacity_bytes,
                                        backend.cpu_name);
-  TURBOKV_ASSIGN_OR_RETURN(auth_, Authenticator::Create(options.auth, *prometheus_));
+  TURBOKV_ASSIGN_OR_RETURN(auth_, Authenticator::Create(options.auth, *prometheus_, *tasks_));
   // The store keeps each tenant within its quota as its puts commit (block_store.h,
   // "Tenants"); the quotas follow the token file as it is re-read.
   store_->SetTenantQuotas(
       [auth = auth_.get()](std::string_view tenant) { return auth->QuotaBytes(tenant); });
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (options.auth.tls()) {
-    TURBOKV_ASSIGN_OR_RETURN(tls_, TlsCredentials::Create(options.auth, auth_.get(), *prometheus_));
+    TURBOKV_ASSIGN_OR_RETURN(
+        tls_, TlsCredentials::Create(options.auth, auth_.get(), *prometheus_, *tasks_));
     credentials = tls_->credentials();
   }
   WarnAboutSecurity(options);
@@ -273,7 +275,11 @@ absl::Status Server::StartServing(const CodecBackend& backend) {
       health->SetServingStatus(kServiceName, true);
     }
   }
-  refresh_ = std::thread([this] { RefreshLoop(); });
+  refresh_ = tasks_->Add("metrics refresh",
+                         std::chrono::milliseconds(options.metrics.refresh_interval_ms), [this] {
+                           RefreshMetrics();
+                           return absl::OkStatus();
+                         });
   return absl::OkStatus();
 }
 
@@ -286,17 +292,12 @@ int Server::codec_threads() const { return pool_->threads(); }
 int Server::io_threads() const { return io_pool_->threads(); }
 const std::string& Server::codec_backend_detail() const { return context_->backend.detail; }
 
-void Server::RefreshLoop() {
-  std::unique_lock<std::mutex> l(refresh_mu_);
-  while (!stop_refresh_) {
-    refresh_cv_.wait_for(l, std::chrono::milliseconds(options_.metrics.refresh_interval_ms));
-    if (stop_refresh_) break;
-    metrics_->UpdateStore(store_->Stats(), store_->GetDbStats());
-    metrics_->UpdateAdmission(budget_->in_use(), budget_->rejected());
-    if (kv_events_ != nullptr) {
-      const KvEventPublisher::Stats ev = kv_events_->stats();
-      metrics_->UpdateKvEvents(ev.published_events, ev.dropped_events);
-    }
+void Server::RefreshMetrics() {
+  metrics_->UpdateStore(store_->Stats(), store_->GetDbStats());
+  metrics_->UpdateAdmission(budget_->in_use(), budget_->rejected());
+  if (kv_events_ != nullptr) {
+    const KvEventPublisher::Stats ev = kv_events_->stats();
+    metrics_->UpdateKvEvents(ev.published_events, ev.dropped_events);
   }
 }
 
@@ -319,12 +320,9 @@ void Server::Shutdown() {
                            std::chrono::milliseconds(options_.shutdown_grace_ms));
     grpc_server_->Wait();
   }
-  {
-    std::lock_guard<std::mutex> l(refresh_mu_);
-    stop_refresh_ = true;
-  }
-  refresh_cv_.notify_all();
-  if (refresh_.joinable()) refresh_.join();
+  // No periodic task runs from here on (token file, certificates, store maintenance, metrics):
+  // the objects they touch are destroyed below. Their Handles' Cancel() then does nothing.
+  if (tasks_ != nullptr) tasks_->Shutdown();
   if (budget_ != nullptr) budget_->Shutdown();
   io_pool_.reset();  // runs what is queued (I/O tasks may queue codec work), then joins
   pool_.reset();

@@ -6,13 +6,11 @@
 #define TURBOKV_SERVER_SERVER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/periodic_tasks.h"
 #include "server/server_options.h"
 
 namespace grpc {
@@ -75,9 +73,14 @@ class Server {
   Server();
   // Opens the store and the registry, builds the service and binds the gRPC port.
   absl::Status StartServing(const CodecBackend& backend);
-  void RefreshLoop();
+  // The metrics refresh task (every metrics.refresh_interval_ms).
+  void RefreshMetrics();
 
   ServerOptions options_;
+  // The one thread of the periodic background work (token file, certificates, store
+  // maintenance, metrics refresh): declared first so it outlives every component holding a
+  // task; Shutdown() stops it once the gRPC server has drained, before anything is destroyed.
+  std::unique_ptr<PeriodicTasks> tasks_;
   // Declared before the store: the store reports to it, so it is destroyed after the store.
   std::unique_ptr<KvEventPublisher> kv_events_;  // null without kv_events.listen_address
   std::unique_ptr<BlockStore> store_;
@@ -104,10 +107,7 @@ class Server {
   uint64_t recovered_namespaces_ = 0;
   uint64_t recovered_blocks_ = 0;
 
-  std::mutex refresh_mu_;
-  std::condition_variable refresh_cv_;
-  bool stop_refresh_ = false;
-  std::thread refresh_;
+  PeriodicTasks::Handle refresh_;  // RefreshMetrics
   bool shut_down_ = false;
 };
 

@@ -120,8 +120,9 @@ Authenticator::Authenticator(const AuthOptions& options, prometheus::Registry& r
                                 "by result (ok; error: the previous table stays)")
                           .Register(registry)) {}
 
-absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(
-    const AuthOptions& options, prometheus::Registry& registry) {
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const AuthOptions& options,
+                                                                     prometheus::Registry& registry,
+                                                                     PeriodicTasks& tasks) {
   std::unique_ptr<Authenticator> a(new Authenticator(options, registry));
   a->table_ = std::make_shared<TokenTable>();
   if (!options.token_file.empty()) {
@@ -135,19 +136,13 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(
     }
     a->table_ = std::make_shared<TokenTable>(*std::move(table));
     a->file_stamp_ = stamp;
-    a->watcher_ = std::thread([p = a.get()] { p->WatchLoop(); });
+    a->watch_ = tasks.Add("token-file reload", std::chrono::milliseconds(options.token_reload_ms),
+                          [p = a.get()] { return p->CheckFile(); });
   }
   return a;
 }
 
-Authenticator::~Authenticator() {
-  {
-    std::lock_guard<std::mutex> l(watch_mu_);
-    stop_ = true;
-  }
-  watch_cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
-}
+Authenticator::~Authenticator() { watch_.Cancel(); }
 
 absl::Status Authenticator::Reload() {
   if (options_.token_file.empty()) return absl::OkStatus();
@@ -179,19 +174,14 @@ absl::Status Authenticator::Reload() {
   return absl::OkStatus();
 }
 
-void Authenticator::WatchLoop() {
-  std::unique_lock<std::mutex> l(watch_mu_);
-  while (!stop_) {
-    watch_cv_.wait_for(l, std::chrono::milliseconds(options_.token_reload_ms));
-    if (stop_) break;
-    const std::string stamp = FileStamp(options_.token_file);
-    bool changed = false;
-    {
-      std::lock_guard<std::mutex> tl(mu_);
-      changed = stamp != file_stamp_;
-    }
-    if (changed) (void)Reload();
+absl::Status Authenticator::CheckFile() {
+  const std::string stamp = FileStamp(options_.token_file);
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    changed = stamp != file_stamp_;
   }
+  return changed ? Reload() : absl::OkStatus();
 }
 
 uint64_t Authenticator::QuotaBytes(std::string_view tenant) const {

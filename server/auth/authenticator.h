@@ -14,9 +14,9 @@
 // used as a label.
 //
 // The token file is re-read on Reload() (SIGHUP) and when its modification time, size or
-// inode changes (polled every token_reload_ms; a Kubernetes Secret update swaps a symlink, so
-// this sees it). A file that no longer parses keeps the previous table (logged, counted in
-// turbokv_auth_token_file_reloads_total{result="error"}).
+// inode changes (polled every token_reload_ms by a task on the server's PeriodicTasks; a
+// Kubernetes Secret update swaps a symlink, so this sees it). A file that no longer parses keeps
+// the previous table (logged, counted in turbokv_auth_token_file_reloads_total{result="error"}).
 //
 // Thread safety: all methods are thread-safe.
 #ifndef TURBOKV_SERVER_AUTH_AUTHENTICATOR_H_
@@ -24,14 +24,13 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/periodic_tasks.h"
 #include "grpcpp/server_context.h"
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
@@ -61,10 +60,12 @@ bool IsLoopbackPeer(std::string_view peer);
 class Authenticator {
  public:
   // Reads the token file (when configured). InvalidArgument: the file does not parse.
-  // NotFound: it cannot be read. Families are registered in `registry`.
+  // NotFound: it cannot be read. Families are registered in `registry`. With a token file, the
+  // file is checked every token_reload_ms by a task on `tasks`, which must outlive the
+  // Authenticator (the task is removed when it is destroyed).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Authenticator>> Create(
-      const AuthOptions& options, prometheus::Registry& registry);
-  ~Authenticator();  // stops the file watcher
+      const AuthOptions& options, prometheus::Registry& registry, PeriodicTasks& tasks);
+  ~Authenticator();  // removes the file check, waiting for a run in progress
   Authenticator(const Authenticator&) = delete;
   Authenticator& operator=(const Authenticator&) = delete;
 
@@ -92,7 +93,8 @@ class Authenticator {
                       std::string_view method);
   // Counts `reason`; logs `what` + reason + `detail` unless over the audit-line rate.
   void Audit(AuthFailure reason, const std::string& what, std::string_view detail);
-  void WatchLoop();
+  // The periodic task: Reload() when the file's stamp changed. Returns Reload()'s error.
+  absl::Status CheckFile();
 
   const AuthOptions options_;
   // Children appear with their first event (an idle server exports no zeros);
@@ -109,10 +111,7 @@ class Authenticator {
   int audit_lines_ = 0;
   uint64_t audit_suppressed_ = 0;
 
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  bool stop_ = false;
-  std::thread watcher_;
+  PeriodicTasks::Handle watch_;  // the file check; empty without a token file
 };
 
 }  // namespace turbokv::server

@@ -275,7 +275,8 @@ TlsCredentials::TlsCredentials(const AuthOptions& options, prometheus::Registry&
       state_(std::make_shared<State>()) {}
 
 absl::StatusOr<std::unique_ptr<TlsCredentials>> TlsCredentials::Create(
-    const AuthOptions& options, Authenticator* auth, prometheus::Registry& registry) {
+    const AuthOptions& options, Authenticator* auth, prometheus::Registry& registry,
+    PeriodicTasks& tasks) {
   std::unique_ptr<TlsCredentials> t(new TlsCredentials(options, registry));
   State& s = *t->state_;
   s.auth = auth;
@@ -304,18 +305,12 @@ absl::StatusOr<std::unique_ptr<TlsCredentials>> TlsCredentials::Create(
     tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   }
   t->credentials_ = grpc::experimental::TlsServerCredentials(tls);
-  t->watcher_ = std::thread([p = t.get()] { p->WatchLoop(); });
+  t->watch_ = tasks.Add("certificate reload", std::chrono::seconds(options.cert_refresh_seconds),
+                        [p = t.get()] { return p->CheckFiles(); });
   return t;
 }
 
-TlsCredentials::~TlsCredentials() {
-  {
-    std::lock_guard<std::mutex> l(watch_mu_);
-    stop_ = true;
-  }
-  watch_cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
-}
+TlsCredentials::~TlsCredentials() { watch_.Cancel(); }
 
 absl::Status TlsCredentials::Reload() {
   State& s = *state_;
@@ -347,18 +342,13 @@ absl::Status TlsCredentials::Reload() {
   return absl::OkStatus();
 }
 
-void TlsCredentials::WatchLoop() {
-  std::unique_lock<std::mutex> l(watch_mu_);
-  while (!stop_) {
-    watch_cv_.wait_for(l, std::chrono::seconds(options_.cert_refresh_seconds));
-    if (stop_) break;
-    bool changed = false;
-    {
-      std::lock_guard<std::mutex> rl(state_->reload_mu);
-      changed = FileStamps(options_) != state_->stamp;
-    }
-    if (changed) (void)Reload();
+absl::Status TlsCredentials::CheckFiles() {
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> rl(state_->reload_mu);
+    changed = FileStamps(options_) != state_->stamp;
   }
+  return changed ? Reload() : absl::OkStatus();
 }
 
 }  // namespace turbokv::server

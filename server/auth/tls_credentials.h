@@ -1,6 +1,7 @@
 // gRPC server credentials of the TurboKV port from AuthOptions: TLS, or mutual TLS (client
 // certificates required and verified against tls_client_ca), with the files re-read on
-// Reload() (SIGHUP) and when they change on disk (checked every cert_refresh_seconds).
+// Reload() (SIGHUP) and when they change on disk (checked every cert_refresh_seconds by a task on
+// the server's PeriodicTasks).
 //
 // How a reload reaches gRPC: gRPC 1.51's public API has no certificate provider that can be
 // pushed new certificates (StaticDataCertificateProvider never changes,
@@ -30,13 +31,11 @@
 #ifndef TURBOKV_SERVER_AUTH_TLS_CREDENTIALS_H_
 #define TURBOKV_SERVER_AUTH_TLS_CREDENTIALS_H_
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/periodic_tasks.h"
 #include "grpcpp/security/server_credentials.h"
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
@@ -51,10 +50,12 @@ class TlsCredentials {
   // Reads and checks the files (options.tls() must hold): InvalidArgument naming the file
   // (unreadable, not PEM, key does not match the certificate, no certificate in the client
   // CA bundle); Internal when a memory file cannot be made. `auth` counts and logs refused
-  // client certificates and must outlive the gRPC server using credentials().
+  // client certificates and must outlive the gRPC server using credentials(). The files are
+  // checked every cert_refresh_seconds by a task on `tasks`, which must outlive this object.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TlsCredentials>> Create(
-      const AuthOptions& options, Authenticator* auth, prometheus::Registry& registry);
-  ~TlsCredentials();  // stops the file watcher
+      const AuthOptions& options, Authenticator* auth, prometheus::Registry& registry,
+      PeriodicTasks& tasks);
+  ~TlsCredentials();  // removes the file check, waiting for a run in progress
   TlsCredentials(const TlsCredentials&) = delete;
   TlsCredentials& operator=(const TlsCredentials&) = delete;
 
@@ -67,17 +68,15 @@ class TlsCredentials {
 
  private:
   TlsCredentials(const AuthOptions& options, prometheus::Registry& registry);
-  void WatchLoop();
+  // The periodic task: Reload() when a file's stamp changed. Returns Reload()'s error.
+  absl::Status CheckFiles();
 
   const AuthOptions options_;
   prometheus::Family<prometheus::Counter>& reloads_family_;
   std::shared_ptr<State> state_;
   std::shared_ptr<grpc::ServerCredentials> credentials_;
 
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  bool stop_ = false;
-  std::thread watcher_;
+  PeriodicTasks::Handle watch_;  // the file check
 };
 
 }  // namespace turbokv::server

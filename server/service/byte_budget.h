@@ -116,6 +116,9 @@ class ByteBudget {
   std::list<Callback> deliver_;  // granted in Acquire, run by the timer thread
   bool shutdown_ = false;
   bool stop_ = false;
+  // Fails waiters whose timeout passed and runs deliver_. Its own thread, not a task on the
+  // server's PeriodicTasks (common/periodic_tasks.h): deliveries are on the request path of every
+  // put and get, and must not wait behind a store maintenance pass (docs/architecture.md).
   std::thread timer_;
 };
 

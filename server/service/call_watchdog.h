@@ -4,6 +4,10 @@
 // watchdog's one thread runs the callable once that time has passed, unless the entry was
 // disarmed first. The callable decides (it may cancel the call, or arm a new entry).
 //
+// Its own thread, not a task on the server's PeriodicTasks (common/periodic_tasks.h): this is a
+// deadline queue (one entry per call, due to the millisecond), not periodic work, and a call's
+// cancellation must not wait behind a store maintenance pass (docs/architecture.md).
+//
 // Thread safety: all methods are thread-safe. Callables run on the watchdog's thread without
 // its lock, so they may Arm again; Arm and Disarm may be called under the caller's own lock.
 #ifndef TURBOKV_SERVER_SERVICE_CALL_WATCHDOG_H_

@@ -85,6 +85,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/periodic_tasks.h"
 #include "server/storage/block_events.h"
 #include "server/storage/block_index.h"
 #include "server/storage/clock.h"
@@ -201,9 +202,12 @@ class BlockStore {
   // of every block a put stored, every block removed (evicted, expired, deleted, dropped as
   // corrupt, lost with a failed overwrite) and every namespace dropped, after the change and
   // with the blocks' keys still claimed (block_events.h), and must outlive the store.
+  // RunMaintenance() runs every maintenance_interval_ms (0: never) as a task on `tasks` (the
+  // server's PeriodicTasks), which must outlive the store; null: on a PeriodicTasks of the
+  // store's own (tests and tools).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<BlockStore>> Open(
       const StorageOptions& options, ValueVerifier verifier, const Clock* clock = nullptr,
-      BlockEventSink* events = nullptr);
+      BlockEventSink* events = nullptr, PeriodicTasks* tasks = nullptr);
   // Persists access times, flushes memtables and closes the database.
   ~BlockStore();
   BlockStore(const BlockStore&) = delete;
@@ -280,7 +284,8 @@ class BlockStore {
                                                       absl::Span<const std::string_view> hashes);
 
   // Deletes expired blocks, persists batched access times, measures the disk, resumes
-  // RocksDB after a full disk. Runs every maintenance_interval_ms in the background; tests may
+  // RocksDB after a full disk. Runs every maintenance_interval_ms in the background (a periodic
+  // task; its errors are logged there and surface again on the next request's write); tests may
   // call it directly.
   [[nodiscard]] absl::Status RunMaintenance();
 
@@ -339,7 +344,6 @@ class BlockStore {
   absl::Status FlushAccessTimes();
   void CloseDb();  // flushes and closes db_ (destructor)
   [[nodiscard]] absl::Status LockDataDir();
-  void MaintenanceLoop();
   // Measures the data directory and updates the disk overhead counted against the capacity.
   void MeasureDisk();
   // The next request number (ChainCursor::request). Requires mu_.
@@ -431,10 +435,10 @@ class BlockStore {
   uint64_t checksum_failures_ = 0;
   uint64_t write_resumes_ = 0;
 
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread maintenance_;
+  // The maintenance task: on tasks given to Open, else on own_tasks_. Cancelled first thing in
+  // the destructor, so no pass runs while the database closes.
+  std::unique_ptr<PeriodicTasks> own_tasks_;
+  PeriodicTasks::Handle maintenance_;
   int dir_lock_fd_ = -1;  // flock'ed format::kDirLockFile; closed after the database
 };
 

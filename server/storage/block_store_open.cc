@@ -81,7 +81,8 @@ BlockStore::BlockStore(const StorageOptions& options, ValueVerifier verifier, co
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOptions& options,
                                                              ValueVerifier verifier,
                                                              const Clock* clock,
-                                                             BlockEventSink* events) {
+                                                             BlockEventSink* events,
+                                                             PeriodicTasks* tasks) {
   TURBOKV_RETURN_IF_ERROR(options.Validate());
   if (!verifier) return absl::InvalidArgumentError("BlockStore::Open needs a value verifier");
   spdlog::info("RocksDB's CRC32C (WAL records) runs on {}", RocksDbCrc32cImplementation());
@@ -99,7 +100,13 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const StorageOption
       t.total.wall_s, t.total.cpu_s, store->Stats().blocks, t.repair_check.wall_s,
       t.rocksdb_open.wall_s, t.scan.wall_s, t.policy.wall_s, t.reclaim.wall_s);
   if (options.maintenance_interval_ms > 0) {
-    store->maintenance_ = std::thread([s = store.get()] { s->MaintenanceLoop(); });
+    if (tasks == nullptr) {
+      store->own_tasks_ = std::make_unique<PeriodicTasks>("tkv-store-maint");
+      tasks = store->own_tasks_.get();
+    }
+    store->maintenance_ =
+        tasks->Add("store maintenance", std::chrono::milliseconds(options.maintenance_interval_ms),
+                   [s = store.get()] { return s->RunMaintenance(); });
   }
   return store;
 }
@@ -419,12 +426,8 @@ absl::Status BlockStore::MigrateLegacyValues(std::vector<std::string> keys) {
 }
 
 BlockStore::~BlockStore() {
-  {
-    std::lock_guard<std::mutex> l(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  if (maintenance_.joinable()) maintenance_.join();
+  maintenance_.Cancel();  // waits for a pass in progress
+  own_tasks_.reset();
   if (db_ != nullptr) CloseDb();
   if (dir_lock_fd_ >= 0) ::close(dir_lock_fd_);  // the lock goes with the descriptor
 }
@@ -521,17 +524,6 @@ absl::Status BlockStore::RunMaintenance() {
     }
   }
   return FlushAccessTimes();
-}
-
-void BlockStore::MaintenanceLoop() {
-  std::unique_lock<std::mutex> l(stop_mu_);
-  while (!stop_) {
-    stop_cv_.wait_for(l, std::chrono::milliseconds(options_.maintenance_interval_ms));
-    if (stop_) break;
-    l.unlock();
-    (void)RunMaintenance();  // errors surface again on the next request's write
-    l.lock();
-  }
 }
 
 absl::Status BlockStore::LockDataDir() {
