@@ -4,6 +4,7 @@
 #include <openssl/sha.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/byte_size.h"
@@ -49,14 +50,9 @@ Sha256Digest Sha256(std::string_view data) {
 }
 
 std::string Sha256Text(std::string_view data) {
-  static constexpr char kHex[] = "0123456789abcdef";
   const Sha256Digest d = Sha256(data);
-  std::string out = "sha256:";
-  for (uint8_t b : d) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+  return absl::StrCat("sha256:", absl::BytesToHexString(absl::string_view(
+                                     reinterpret_cast<const char*>(d.data()), d.size())));
 }
 
 bool ValidTenantName(std::string_view name) {
