@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The server and client suites under ThreadSanitizer (issue 9). Suites: storage (concurrent
-# writers of one key, expiry), the service's pools and in-flight budget, the real
+# The server and client suites under ThreadSanitizer (issue 9). Suites: the periodic-task
+# service (common/periodic_tasks.h), storage (concurrent writers of one key, expiry), the
+# service's pools and in-flight budget, the real
 # turbokv-server binary built with TSan under hostile and concurrent input (stalled streams
 # against the budget, concurrent puts of one hash, many clients cancelling streams while pool
 # work is pending), and the C++ client against that server (client_integration_tests).
@@ -24,8 +25,8 @@ BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
 TSAN="$BUILD-tsan"
 SUITE_TIMEOUT=${TSAN_SUITE_TIMEOUT:-1200}  # seconds per suite: a hang fails, it does not stall
-SUITES=(storage_unit_tests server_unit_tests server_limits_tests server_lifetime_tests
-        client_integration_tests)
+SUITES=(common_periodic_tasks_tests storage_unit_tests server_unit_tests server_limits_tests
+        server_lifetime_tests client_integration_tests)
 log() { echo "[tsan $(date +%H:%M:%S)] $*"; }
 
 start=$(date +%s)
