@@ -25,12 +25,25 @@ Engine A also publishes vLLM's KV events (``--kv-events-config``) to a subscribe
 own decoder: every block the connector stored is announced once as ``BlockStored`` with
 ``medium="turbokv"``, turbokv's block hashes, the parent hash and the block's token ids.
 
-A warm engine (``kv_consumer``, prefix caching off) then runs each configuration twice and the
-second run is reported: a fresh prompt of the same length (full recompute), a fresh prompt as
-long as B's tokens past the stored blocks (the recompute of the non-hit tokens), and prompt B
-(reuse). The connector's load of B's blocks (submit to written into the paged cache) is
-reported next to the Python client's own GetBlocks of the same blocks from the same server,
-measured in this process right after.
+A warm engine (a ``kv_consumer`` with vLLM's prefix caching on, emptied with
+``reset_prefix_cache`` where a prompt must be recomputed or loaded again) then runs a fresh
+prompt of B's length twice (full recompute; the second reported), and ``1 + WARM_ROUNDS``
+rounds of three prompts:
+
+* T, fresh tokens as many as B has past its stored blocks (the non-hit tokens recomputed
+  alone: a lower bound, their attention does not see the prefix);
+* prompt B after a reset (reuse: its whole shared blocks loaded from turbokv, the rest
+  recomputed);
+* B's whole shared blocks followed by T (those blocks now in vLLM's own prefix cache, loaded
+  by the run before: T recomputed in the context of the hit, which is what a reuse cannot
+  avoid: "the recompute of the non-hit tokens").
+
+Round 0 warms all three up and is not reported. Around each reported reuse, alternately right
+before and right after it, the Python client's own GetBlocks of the same blocks from the same
+server is timed in the same engine process (the engine idle meanwhile): each pair sees nearly
+the same machine, so on a shared, noisy machine the median of the pairs' ratios says more
+than any single load. Every B run must give the baseline's tokens and its hits where they are
+expected (asserted); the speed figures are reported, not asserted.
 
 Figures (TTFT with and without reuse, load throughput, hits, bytes stored vs fp16, agreement)
 go to ``$TURBOKV_ENGINE_REPORT`` (default ``<build>/vllm-e2e-report.json``); tools/test.sh prints
@@ -58,6 +71,7 @@ BLOCK = 128                 # vLLM's CPU block size = the namespace's block_toke
 PREFIX = 1000               # shared prefix tokens: 7 whole blocks (896 tokens) + 104
 MAX_TOKENS = 16
 NUM_LAYERS, NUM_KV_HEADS, HEAD_DIM = 30, 3, 64
+WARM_ROUNDS = 4             # reported rounds of the warm engine (after one warm-up round)
 BUILD = os.environ.get("TURBOKV_BUILD_DIR", os.path.join(REPO, "build"))
 REPORT = os.environ.get("TURBOKV_ENGINE_REPORT", os.path.join(BUILD, "vllm-e2e-report.json"))
 
@@ -113,8 +127,14 @@ def _env():
 
 
 def _run(tmp, name, model_dir, prompts, kv=None, prefix_caching=False, events_endpoint=None):
+    return _run_spec(tmp, name, model_dir, prompts, kv, prefix_caching,
+                     kv_events_endpoint=events_endpoint)
+
+
+def _run_spec(tmp, name, model_dir, prompts, kv=None, prefix_caching=False, **extra):
+    """Runs tests/engine/vllm_run.py in a fresh process; ``extra``: more keys of its SPEC."""
     spec = {"model": model_dir, "prompts": prompts, "max_tokens": MAX_TOKENS, "logprobs": 5,
-            "prefix_caching": prefix_caching, "kv": kv, "kv_events_endpoint": events_endpoint}
+            "prefix_caching": prefix_caching, "kv": kv, **extra}
     if os.environ.get("TURBOKV_ENGINE_PROFILE"):   # pyinstrument in the engine venv
         spec["profile"] = str(tmp / (name + ".profile.txt"))
     spec_path, out_path = tmp / (name + ".spec.json"), tmp / (name + ".out.json")
@@ -154,16 +174,8 @@ def runs(tmp_path_factory, server_binary, hf_model_dir):
         r["a_raw_event_errors"] = list(events.errors)
         events.close()
         # Warm engine (a consumer: it stores nothing), before B stores its own blocks, so B's
-        # hit is the shared prefix A stored. Each configuration twice (the second reported):
-        # full recompute of a fresh prompt as long as B, recompute of as many fresh tokens as
-        # B has past its hit, and B with its hit loaded from turbokv.
-        n, tail = len(b_prompt), len(b_prompt) - (PREFIX // BLOCK) * BLOCK
-        warm = [_fresh(hf_model_dir, 90, n), _fresh(hf_model_dir, 91, n),
-                _fresh(hf_model_dir, 91, n), _fresh(hf_model_dir, 92, tail),
-                _fresh(hf_model_dir, 92, tail), b_prompt, b_prompt]
-        r["b_warm"] = _run(tmp, "b_warm", hf_model_dir, warm,
-                           dict(_kv(server.address, "raw"), role="kv_consumer"))
-        r["client_get"] = _client_get(server.address, prefix)
+        # hit is the shared prefix A stored.
+        r["b_warm"] = _run_warm(tmp, hf_model_dir, server.address, prefix, b_prompt)
         r["b_raw"] = _run(tmp, "b_raw", hf_model_dir, [b_prompt], _kv(server.address, "raw"))
         r["a_default"] = _run(tmp, "a_default", hf_model_dir, a_prompts[:1],
                               _kv(server.address, "k4v4-g32"), prefix_caching=True)
@@ -188,49 +200,83 @@ def runs(tmp_path_factory, server_binary, hf_model_dir):
     return r
 
 
-def _client_get(address, prefix):
-    """The Python client's GetBlocks of B's stored blocks (raw, fp32) into one caller-owned
-    buffer, as the connector fetches them: twice, the second timed."""
-    import torch
+def _run_warm(tmp, model_dir, address, prefix, b_prompt):
+    """The warm engine's runs (see the module docstring); adds the machine's load average
+    before and after (os.getloadavg: 1, 5, 15 minutes) and where each round's runs are."""
+    n, tail = len(b_prompt), len(b_prompt) - (PREFIX // BLOCK) * BLOCK
+    full, non_hit = _fresh(model_dir, 90, n), _fresh(model_dir, 92, tail)
+    in_context = b_prompt[:n - tail] + non_hit
+    prompts, resets, rounds = [full, full], [0, 1], []
+    for _ in range(1 + WARM_ROUNDS):
+        i = len(prompts)
+        rounds.append({"non_hit_alone": i, "reuse": i + 1, "non_hit_in_context": i + 2})
+        prompts += [non_hit, b_prompt, in_context]
+        resets += [i, i + 1]
+    reported = rounds[1:]
+    reuse = [r["reuse"] for r in reported]
+    kv = dict(_kv(address, "raw"), role="kv_consumer")
+    cg = {"kv": kv, "tokens": prefix, "blocks": PREFIX // BLOCK, "block_tokens": BLOCK,
+          "before": reuse[0::2], "after": reuse[1::2]}
+    load_before = os.getloadavg()
+    out = _run_spec(tmp, "b_warm", model_dir, prompts, kv, prefix_caching=True,
+                    client_get=cg, reset_prefix_cache_before=resets)
+    out["loadavg"] = {"before": list(load_before), "after": list(os.getloadavg())}
+    out["rounds"] = rounds
+    return out
 
-    from turbokv import Client, PrefixHasher
-    n_blocks = PREFIX // BLOCK
-    with Client(address) as c:
-        ns = c.register_namespace(MODEL_ID, NUM_LAYERS, NUM_KV_HEADS, HEAD_DIM, BLOCK,
-                                  dtype="fp32", preset="raw", model_revision=MODEL_REVISION,
-                                  tp_rank=0, tp_size=1).namespace_id
-        hashes = PrefixHasher(ns).block_hashes(prefix, BLOCK)[:n_blocks]
-        buf = torch.empty((n_blocks, NUM_LAYERS, 2, BLOCK, NUM_KV_HEADS, HEAD_DIM))
-        times = []
-        for _ in range(2):
-            t = time.perf_counter()
-            got = c.get_blocks(ns, hashes, out=buf)
-            times.append(time.perf_counter() - t)
-            assert all(b is not None for b in got)
-    return {"blocks": n_blocks, "bytes": buf.numel() * 4, "seconds": times[-1]}
+
+def _median(xs):
+    return float(np.median(np.asarray(xs, dtype=np.float64))) if xs else float("nan")
 
 
 def _warm_figures(r):
-    """TTFT of the warm engine's second runs, and the load of B's blocks next to the client's
-    GetBlocks of the same blocks."""
-    p = r["b_warm"]["prompts"]
-    loads = p[6]["loads"]
-    load = loads[0] if loads else {"blocks": 0, "bytes": 0, "total_s": float("nan"),
-                                   "fetch_s": float("nan"), "inject_s": float("nan"),
-                                   "queued_s": float("nan"), "wait_s": float("nan")}
-    client = r["client_get"]
-    conn_mbps = load["bytes"] / load["total_s"] / 1e6 if load["bytes"] else 0.0
-    client_mbps = client["bytes"] / client["seconds"] / 1e6
-    non_hit, reuse = p[4]["ttft_s"], p[6]["ttft_s"]
+    """Per reported round: the connector's load of B's blocks next to the client's GetBlocks
+    of the same blocks (a pair), and TTFT with reuse next to the non-hit recompute plus that
+    load; the medians over the rounds."""
+    w = r["b_warm"]
+    p = w["prompts"]
+    pairs, rounds = [], []
+    for rd in w["rounds"][1:]:
+        i = rd["reuse"]
+        load = p[i]["loads"][0] if p[i]["loads"] else None
+        client = p[i]["client_get"]
+        if load is None or not load["bytes"]:
+            pairs.append({"prompt": i, "connector": None})
+            continue
+        conn_mbps = load["bytes"] / load["total_s"] / 1e6
+        client_mbps = client["bytes"] / client["seconds"] / 1e6
+        pairs.append({
+            "prompt": i, "client_timed": client["when"], "blocks": load["blocks"],
+            "bytes": load["bytes"],
+            "connector": {k: load[k] for k in ("queued_s", "fetch_s", "check_s", "wait_s",
+                                               "inject_s", "total_s")},
+            "connector_MBps": conn_mbps, "client_get_blocks_s": client["seconds"],
+            "client_MBps": client_mbps, "connector_over_client": conn_mbps / client_mbps})
+        ctx, alone = p[rd["non_hit_in_context"]]["ttft_s"], p[rd["non_hit_alone"]]["ttft_s"]
+        reuse, load_s = p[i]["ttft_s"], load["total_s"]
+        rounds.append({"reuse": reuse, "load_s": load_s, "non_hit_in_context": ctx,
+                       "non_hit_alone": alone,
+                       "reuse_over_in_context_plus_load": reuse / (ctx + load_s),
+                       "reuse_over_alone_plus_load": reuse / (alone + load_s)})
+    done = [x for x in pairs if x.get("connector")]
     return {
-        "ttft_warm_s": {"full_recompute": p[2]["ttft_s"], "non_hit_recompute": non_hit,
-                        "reuse": reuse, "reuse_external_hit_tokens": p[6]["external_hit_tokens"],
-                        "budget_non_hit_plus_load_x1_2": 1.2 * (non_hit + load["total_s"])},
-        "load": {"blocks": load["blocks"], "bytes": load["bytes"],
-                 "connector": {k: load[k] for k in ("queued_s", "fetch_s", "wait_s", "inject_s",
-                                                    "total_s")},
-                 "connector_MBps": conn_mbps, "client_get_blocks_s": client["seconds"],
-                 "client_MBps": client_mbps, "connector_over_client": conn_mbps / client_mbps},
+        "ttft_warm_s": {
+            "full_recompute": p[1]["ttft_s"], "rounds": rounds,
+            "reuse_external_hit_tokens": p[w["rounds"][-1]["reuse"]]["external_hit_tokens"],
+            **{"median_" + k: _median([x[k] for x in rounds]) for k in (
+                "reuse", "load_s", "non_hit_in_context", "non_hit_alone",
+                "reuse_over_in_context_plus_load", "reuse_over_alone_plus_load")},
+            "target_reuse_over_non_hit_plus_load_at_most": 1.2},
+        "load": {"pairs": pairs,
+                 "median_connector_over_client": _median([x["connector_over_client"]
+                                                          for x in done]),
+                 "median_connector_MBps": _median([x["connector_MBps"] for x in done]),
+                 "median_client_MBps": _median([x["client_MBps"] for x in done]),
+                 "median_connector_s": {k: _median([x["connector"][k] for x in done])
+                                        for k in ("fetch_s", "check_s", "wait_s", "inject_s",
+                                                  "total_s")},
+                 "target_connector_over_client_at_least": 0.5},
+        "loadavg_1_5_15min": w["loadavg"],
     }
 
 
@@ -448,10 +494,26 @@ def test_connector_announces_each_stored_block_once_in_vllms_kv_events(runs):
 
 
 def test_warm_engine_figures_are_reported(runs):
-    """The load and TTFT figures exist and are sane (their targets are checked by reading the
-    report, not by a timed assertion)."""
+    """Every run of the warm engine got its hits where expected (B after a reset: the shared
+    blocks from turbokv; those blocks + T: from vLLM's own cache, nothing from turbokv; T
+    alone: none) and B always the baseline's tokens; the figures exist (their targets are read
+    from the report, not asserted on time)."""
+    w = runs["b_warm"]
+    whole = (PREFIX // BLOCK) * BLOCK
+    base = runs["baseline"]["prompts"][0]["tokens"]
+    for rd in w["rounds"]:
+        alone, reuse, ctx = (w["prompts"][rd[k]] for k in ("non_hit_alone", "reuse",
+                                                          "non_hit_in_context"))
+        assert alone["external_hit_tokens"] == 0 and alone["num_cached_tokens"] == 0, rd
+        assert reuse["external_hit_tokens"] == whole, (rd, reuse["external_hit_tokens"])
+        assert reuse["num_cached_tokens"] == whole, rd
+        assert [x["blocks"] for x in reuse["loads"]] == [PREFIX // BLOCK], (rd, reuse["loads"])
+        assert ctx["external_hit_tokens"] == 0 and not ctx["loads"], rd
+        assert ctx["num_cached_tokens"] == whole, rd
+        assert reuse["tokens"] == base, rd
     rep = runs["report"]
-    assert rep["ttft_warm_s"]["reuse_external_hit_tokens"] == (PREFIX // BLOCK) * BLOCK
-    assert rep["load"]["blocks"] == PREFIX // BLOCK
-    assert rep["load"]["connector"]["total_s"] > 0 and rep["load"]["client_MBps"] > 0
-    assert runs["b_warm"]["prompts"][6]["tokens"] == runs["baseline"]["prompts"][0]["tokens"]
+    assert len(rep["load"]["pairs"]) == len(rep["ttft_warm_s"]["rounds"]) == WARM_ROUNDS
+    for pair in rep["load"]["pairs"]:
+        assert pair["blocks"] == PREFIX // BLOCK
+        assert pair["connector"]["total_s"] > 0 and pair["client_MBps"] > 0
+    assert 0 < rep["load"]["median_connector_over_client"] < float("inf")

@@ -8,13 +8,21 @@ SPEC: ``model`` (HF directory), ``prompts`` (lists of token ids), ``max_tokens``
 an optional ``role``), ``kv_events_endpoint`` (optional: vLLM publishes its KV events there,
 ``KVEventsConfig(publisher="zmq")``; an address without ``*`` is connected to, so a test's SUB
 socket can bind it), ``profile`` (optional path: pyinstrument profiles the prompts and writes
-its text report there). Prompts run one at a time, so each one's time to first token is its own.
+its text report there), ``client_get`` (optional: ``{"kv": the connector's extra config,
+"tokens": ids, "blocks": n, "before": [prompt indices], "after": [prompt indices]}``: the
+Python client's own GetBlocks of the first ``n`` blocks of ``tokens`` (raw preset, the
+namespace the connector uses) into one preallocated buffer, timed in this process right before
+or right after those prompts, while the engine is idle), ``reset_prefix_cache_before``
+(optional prompt indices: vLLM's own prefix cache is emptied, ``LLM.reset_prefix_cache``,
+before them, so that a prompt vLLM ran already is recomputed or loaded again). Prompts run one at a time, so each
+one's time to first token is its own.
 
 OUT: per prompt ``tokens`` (generated ids), ``logprobs`` (per generated token, {id: logprob} of
 the top ``logprobs``), ``num_cached_tokens``, ``ttft_s`` (vLLM's first-token latency, else the
 wall time of a 1-token request), ``wall_s``, ``external_hit_tokens`` (this prompt's), ``loads``
 (the connector's load timings of this prompt: blocks, bytes, queued_s, fetch_s, wait_s, inject_s,
-total_s); then ``external_hit_tokens`` (vLLM's ``vllm:external_prefix_cache_hits``, all
+total_s), ``client_get`` (when asked for around this prompt: ``when``, ``blocks``, ``bytes``,
+``seconds``); then ``external_hit_tokens`` (vLLM's ``vllm:external_prefix_cache_hits``, all
 prompts), ``turbokv`` (the connector's counters by side) and ``startup_s``.
 
 Environment the caller sets: VLLM_HOST_IP=127.0.0.1 (keep vLLM on loopback), HF_HUB_OFFLINE=1,
@@ -46,6 +54,33 @@ def _connectors(llm: Any) -> dict[str, Any]:
     if has_kv_transfer_group():
         out["worker"] = get_kv_transfer_group()
     return out
+
+
+class _ClientGet:
+    """The Python client's GetBlocks of the blocks a prompt's load fetches, in this process."""
+
+    def __init__(self, cfg: dict[str, Any], num_layers: int, num_kv_heads: int, head_dim: int,
+                 block_tokens: int):
+        import torch
+
+        from turbokv import Client, PrefixHasher
+        kv = cfg["kv"]
+        self.client = Client(kv["server"])
+        ns = self.client.register_namespace(
+            kv["model"], num_layers, num_kv_heads, head_dim, block_tokens, dtype="fp32",
+            preset="raw", model_revision=kv.get("model_revision", ""), tp_rank=0,
+            tp_size=1).namespace_id
+        n = int(cfg["blocks"])
+        self.ns = ns
+        self.hashes = PrefixHasher(ns).block_hashes(list(cfg["tokens"]), block_tokens)[:n]
+        self.buf = torch.empty((n, num_layers, 2, block_tokens, num_kv_heads, head_dim))
+
+    def time(self, when: str) -> dict[str, Any]:
+        t = time.perf_counter()
+        got = self.client.get_blocks(self.ns, self.hashes, out=self.buf)
+        seconds = time.perf_counter() - t
+        return {"when": when, "blocks": sum(b is not None for b in got),
+                "bytes": self.buf.numel() * self.buf.element_size(), "seconds": seconds}
 
 
 def main(spec_path: str, out_path: str) -> int:
@@ -84,9 +119,21 @@ def main(spec_path: str, out_path: str) -> int:
         from pyinstrument import Profiler
         profiler = Profiler(interval=0.001, async_mode="disabled")
         profiler.start()
+    cg_spec = spec.get("client_get")
+    cg = None
+    if cg_spec:
+        hf = llm.llm_engine.model_config.hf_config
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        cg = _ClientGet(cg_spec, hf.num_hidden_layers, hf.num_key_value_heads, head_dim,
+                        int(cg_spec["block_tokens"]))
     results: list[dict[str, Any]] = []
     hits_before = _external_hits(llm)
-    for ids in spec["prompts"]:
+    for i, ids in enumerate(spec["prompts"]):
+        client_get = None
+        if i in spec.get("reset_prefix_cache_before", ()) and not llm.reset_prefix_cache():
+            raise RuntimeError("vLLM did not reset its prefix cache before prompt %d" % i)
+        if cg is not None and i in cg_spec.get("before", ()):
+            client_get = cg.time("before")
         t = time.monotonic()
         out = llm.generate([TokensPrompt(prompt_token_ids=list(ids))], params,
                            use_tqdm=False)[0]
@@ -96,6 +143,8 @@ def main(spec_path: str, out_path: str) -> int:
         hits = _external_hits(llm)
         loads = ([dataclasses.asdict(x) for x in transfer.take_timings()]
                  if transfer is not None else [])
+        if cg is not None and i in cg_spec.get("after", ()):
+            client_get = cg.time("after")
         results.append({
             "tokens": list(comp.token_ids),
             "logprobs": [{str(k): v.logprob for k, v in step.items()}
@@ -105,8 +154,11 @@ def main(spec_path: str, out_path: str) -> int:
             "wall_s": wall,
             "external_hit_tokens": hits - hits_before,
             "loads": loads,
+            "client_get": client_get,
         })
         hits_before = hits
+    if cg is not None:
+        cg.client.close()
     if profiler is not None:
         profiler.stop()
         with open(spec["profile"], "w") as f:
