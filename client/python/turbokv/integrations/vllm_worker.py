@@ -169,7 +169,7 @@ class _BufferPool:
     """
 
     def __init__(self, dtype: torch.dtype, pin: bool, keep: int = 2,
-                 max_bytes: int = 512 << 20):
+                 max_bytes: int = 256 << 20):
         self._dtype = dtype
         self._pin = pin
         self._keep = keep
