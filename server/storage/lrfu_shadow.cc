@@ -6,10 +6,11 @@
 namespace turbokv::server::lrfu {
 
 void GhostTable::Resize(size_t entries) {
-  size_t buckets = 1;
-  while (buckets * kWays < entries) buckets <<= 1;
-  slots_.assign(entries == 0 ? 0 : buckets * kWays, Slot{});
-  bucket_mask_ = entries == 0 ? 0 : buckets - 1;
+  // Up to 2^32 buckets (the bucket comes from 32 bits of the hash).
+  const size_t buckets = std::min<size_t>((entries + kWays - 1) / kWays, size_t{1} << 32);
+  slots_.assign(buckets * kWays, Slot{});
+  slots_.shrink_to_fit();
+  buckets_ = buckets;
   size_ = 0;
 }
 

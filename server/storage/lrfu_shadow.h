@@ -88,7 +88,7 @@ void HeapSiftDown(std::vector<uint32_t>& heap, size_t pos, KeyOf key_of, SetPos 
 // least valuable entry. A tag collision (about 8 in 2^32 lookups) revives a wrong key.
 class GhostTable {
  public:
-  // Room for about `entries` ghosts (rounded up to a power of two of buckets); drops all.
+  // Room for `entries` ghosts (rounded up to whole buckets of kWays); drops all.
   void Resize(size_t entries);
   size_t capacity() const { return slots_.size(); }
   size_t size() const { return size_; }  // ghosts held
@@ -117,10 +117,14 @@ class GhostTable {
     const auto t = static_cast<uint32_t>(mixed >> 32);
     return t == 0 ? 1 : t;
   }
-  size_t Bucket(uint64_t mixed) const { return (mixed & bucket_mask_) * kWays; }
+  // The low 32 bits (the tag is the high 32) mapped onto [0, buckets_) by a multiply (Lemire's
+  // fast range reduction): any bucket count, no power of two.
+  size_t Bucket(uint64_t mixed) const {
+    return static_cast<size_t>(((mixed & 0xffffffffu) * buckets_) >> 32) * kWays;
+  }
 
   std::vector<Slot> slots_;
-  uint64_t bucket_mask_ = 0;
+  uint64_t buckets_ = 0;
   size_t size_ = 0;  // slots with a tag: Take skips the probe (a cache miss) when 0
 };
 
