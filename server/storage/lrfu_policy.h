@@ -22,7 +22,7 @@
 //   newest blocks); Zipf-popular prompts and documents want a long H.
 //
 // Memory per block: 20-byte node (4 more for its tenant once a store has blocks of more than
-// one tenant), a 4-byte heap entry per leaf, ghost_ratio x 8 bytes of ghosts; the shadows are
+// one tenant), a 4-byte heap entry per leaf, ghost_ratio x 6 bytes of ghosts; the shadows are
 // bounded by shadow_blocks (about 0.5 MB each at the default), not by the store's size. Cost:
 // OnInsert/OnHit/OnErase are O(log leaves) (a hit on an inner block is O(1)); a sampled access also
 // costs O(log shadow_blocks) per shadow; a change of half-life is O(live blocks + ghosts) and
@@ -53,7 +53,7 @@ struct LrfuOptions {
   std::vector<double> half_lives = {0, 0.25, 0.5, 1, 2, 4, 8, 16};
   // Half-life until the shadows have decided, in turnovers (one of half_lives). Default: 1.
   double initial_half_life = 1;
-  // Ghost entries per block of capacity (0: no ghosts). Default: 1 (8 bytes per block).
+  // Ghost entries per block of capacity (0: no ghosts). Default: 1 (6 bytes per block).
   double ghost_ratio = 1;
   // Sampled blocks per shadow cache: the sampling rate is the largest power of two <= 1 that
   // keeps a shadow's capacity at or below this. Default: 8192.
@@ -150,7 +150,7 @@ class LrfuPolicy final : public EvictionPolicy {
   // tenant spends nothing on them); then sized like nodes_.
   std::vector<uint32_t> tenants_;
   std::vector<uint32_t> heap_;  // leaf slots
-  lrfu::GhostTable ghosts_;
+  lrfu::CompactGhostTable ghosts_;
   std::vector<lrfu::ShadowCache> shadows_;
   double half_life_;  // turnovers
   uint64_t half_life_changes_ = 0;
