@@ -464,6 +464,8 @@ int main(int argc, char** argv) {
         {"repair_check", StepJson(t.repair_check)},
         {"rocksdb_open", StepJson(t.rocksdb_open)},
         {"index_scan", StepJson(t.scan)},
+        {"index_scan_threads", t.scan_threads},
+        {"index_scan_threads_cpu_s", t.scan_threads_cpu_s},
         {"policy", StepJson(t.policy)},
         {"reclaim", StepJson(t.reclaim)},
         {"first_lookup_s", restart_s - open_s},
@@ -485,15 +487,16 @@ int main(int argc, char** argv) {
         "%s restart: %.2f s to the first Lookup = %.2f s per 1M blocks (process CPU %.2f s = "
         "%.2f s per 1M)\n"
         "  RocksDB open %.2f s (CPU %.2f): repair check %.2f (%.2f), DB::Open %.2f (%.2f)\n"
-        "  recovery %.2f s (CPU %.2f): index scan %.2f (%.2f), policy %.2f (%.2f), reclaim "
-        "%.2f (%.2f); first Lookup %.4f s\n"
+        "  recovery %.2f s (CPU %.2f): index scan %.2f (%.2f: %d threads %.2f, inserts %.2f), "
+        "policy %.2f (%.2f), reclaim %.2f (%.2f); first Lookup %.4f s\n"
         "  memory: store's accounting %.1f B/block (index %.1f, policy %.1f); RSS delta "
         "%.1f B/block, peak %.1f B/block\n",
         cold ? "cold" : "warm", restart_s, restart_s / per_m, restart_cpu_s, restart_cpu_s / per_m,
         rocks_wall, rocks_cpu, t.repair_check.wall_s, t.repair_check.cpu_s, t.rocksdb_open.wall_s,
         t.rocksdb_open.cpu_s, t.scan.wall_s + t.policy.wall_s + t.reclaim.wall_s,
         t.scan.cpu_s + t.policy.cpu_s + t.reclaim.cpu_s, t.scan.wall_s, t.scan.cpu_s,
-        t.policy.wall_s, t.policy.cpu_s, t.reclaim.wall_s, t.reclaim.cpu_s, restart_s - open_s,
+        t.scan_threads, t.scan_threads_cpu_s, t.scan.cpu_s - t.scan_threads_cpu_s, t.policy.wall_s,
+        t.policy.cpu_s, t.reclaim.wall_s, t.reclaim.cpu_s, restart_s - open_s,
         static_cast<double>(db.index_memory_bytes) / n,
         static_cast<double>(db.block_index_memory_bytes) / n,
         static_cast<double>(db.policy_memory_bytes) / n,

@@ -88,14 +88,15 @@ uint32_t BlockIndex::Insert(uint64_t namespace_id, std::string_view hash, uint64
                             const RecordLocation& location, uint32_t last_access) {
   const uint32_t slot = AllocateSlot();
   BlockEntry& e = at(slot);
-  e.sequence = sequence;
+  RecordLocation where = location;
+  where.hash_bytes = static_cast<uint8_t>(hash.size());
+  e.set_location(where);
+  e.set_sequence(sequence);
   e.namespace_slot = NamespaceSlot(namespace_id);
   e.last_access = last_access;
-  e.location = location;
-  e.location.hash_bytes = static_cast<uint8_t>(hash.size());
   std::memcpy(e.hash, hash.data(), hash.size());
   keys_.insert(slot);
-  const uint64_t charge = BlockCharge(e.location);
+  const uint64_t charge = BlockCharge(where);
   NamespaceUsage& u = usage_[namespace_id];
   u.blocks += 1;
   u.value_bytes += location.value_bytes;
@@ -129,20 +130,20 @@ void BlockIndex::Erase(uint32_t slot) {
   BlockEntry& e = at(slot);
   keys_.erase(slot);
   const uint64_t namespace_id = NamespaceId(e.namespace_slot);
-  const uint64_t charge = BlockCharge(e.location);
+  const uint64_t charge = BlockCharge(e.location());
   auto it = usage_.find(namespace_id);
   it->second.blocks -= 1;
-  it->second.value_bytes -= e.location.value_bytes;
+  it->second.value_bytes -= e.value_bytes;
   it->second.charge -= charge;
   if (it->second.blocks == 0) usage_.erase(it);
   NamespaceUsage& t = tenant_usage_[namespace_tenants_[e.namespace_slot]];
   t.blocks -= 1;
-  t.value_bytes -= e.location.value_bytes;
+  t.value_bytes -= e.value_bytes;
   t.charge -= charge;
   used_bytes_ -= charge;
-  value_bytes_ -= e.location.value_bytes;
+  value_bytes_ -= e.value_bytes;
   blocks_ -= 1;
-  e.sequence = 0;
+  e.set_sequence(0);
   free_slots_.push_back(slot);
 }
 
@@ -152,7 +153,7 @@ std::vector<uint32_t> BlockIndex::SlotsOf(uint64_t namespace_id) const {
   if (ns == kNoSlot) return out;
   for (uint32_t slot = 0; slot < slot_limit_; ++slot) {
     const BlockEntry& e = at(slot);
-    if (e.sequence != 0 && e.namespace_slot == ns) out.push_back(slot);
+    if (e.sequence() != 0 && e.namespace_slot == ns) out.push_back(slot);
   }
   return out;
 }

@@ -6,7 +6,7 @@
 // and the store's side tables (leases, expiry) use as handles. A slot is valid from Insert to
 // Erase; Erase frees it for reuse.
 //
-// Memory: 64 bytes an entry (the key inline: block hashes are at most 32 bytes), kept in
+// Memory: 60 bytes an entry (the key inline: block hashes are at most 32 bytes), kept in
 // chunks of 64 Ki entries (no reallocation copies a 10M-block index), plus 5 to 10 bytes an
 // entry of the hash set that maps keys to slots (absl::flat_hash_set of slot numbers, looked
 // up by key through the entries themselves).
@@ -35,17 +35,49 @@ inline uint64_t BlockCharge(const RecordLocation& l) {
   return RecordBytes(l) + 2 * (8 + uint64_t{l.hash_bytes}) + 96;
 }
 
-// One stored block. 64 bytes.
+// One stored block. 60 bytes, 4-byte aligned (the key inline: block hashes are at most 32
+// bytes): the write sequence is kept as two 32-bit halves, its top 8 bits holding the hash's
+// length, so write sequences must stay below 2^56 (BlockStore allocates them one by one from 1).
 struct BlockEntry {
-  uint64_t sequence = 0;        // write sequence of its value-log record (0: free slot)
   uint32_t namespace_slot = 0;  // BlockIndex::NamespaceSlot of its namespace
   uint32_t last_access = 0;     // unix seconds of the last put or get (TTL)
-  RecordLocation location;      // its value-log record (12 bytes + hash length)
-  char hash[32];                // block hash, location.hash_bytes of them
+  uint32_t segment = 0;         // its value-log record (RecordLocation)
+  uint32_t page = 0;
+  uint32_t value_bytes = 0;
+  uint32_t sequence_low = 0;             // write sequence, bits 0..31 (0 overall: free slot)
+  uint32_t sequence_high_and_bytes = 0;  // bits 0..23: sequence bits 32..55; 24..31: hash bytes
+  char hash[32];                         // block hash, hash_bytes() of them
 
-  std::string_view hash_view() const { return std::string_view(hash, location.hash_bytes); }
+  static constexpr uint64_t kSequenceLimit = uint64_t{1} << 56;
+  uint64_t sequence() const {
+    return (uint64_t{sequence_high_and_bytes & 0xffffffu} << 32) | sequence_low;
+  }
+  // `sequence` < kSequenceLimit.
+  void set_sequence(uint64_t sequence) {
+    sequence_low = static_cast<uint32_t>(sequence);
+    sequence_high_and_bytes = (sequence_high_and_bytes & 0xff000000u) |
+                              (static_cast<uint32_t>(sequence >> 32) & 0xffffffu);
+  }
+  uint8_t hash_bytes() const { return static_cast<uint8_t>(sequence_high_and_bytes >> 24); }
+  RecordLocation location() const {
+    RecordLocation l;
+    l.segment = segment;
+    l.page = page;
+    l.value_bytes = value_bytes;
+    l.hash_bytes = hash_bytes();
+    return l;
+  }
+  // The record's place and length, and the hash's length (`l.hash_bytes`).
+  void set_location(const RecordLocation& l) {
+    segment = l.segment;
+    page = l.page;
+    value_bytes = l.value_bytes;
+    sequence_high_and_bytes =
+        (sequence_high_and_bytes & 0xffffffu) | (uint32_t{l.hash_bytes} << 24);
+  }
+  std::string_view hash_view() const { return std::string_view(hash, hash_bytes()); }
 };
-static_assert(sizeof(BlockEntry) == 64, "BlockEntry is meant to stay at 64 bytes");
+static_assert(sizeof(BlockEntry) == 60, "BlockEntry is meant to stay at 60 bytes");
 
 struct NamespaceUsage {
   uint64_t blocks = 0;
@@ -77,6 +109,12 @@ class BlockIndex {
 
   // The slot holding (namespace, hash), or kNoSlot.
   uint32_t Find(uint64_t namespace_id, std::string_view hash) const;
+  // A hint: (namespace, hash) is about to be inserted or looked up; starts loading what the key
+  // set will probe for it (recovery inserts millions of blocks, each a cache miss otherwise).
+  void Prefetch(uint64_t namespace_id, std::string_view hash) const {
+    const uint32_t ns = FindNamespaceSlot(namespace_id);
+    if (ns != kNoSlot) keys_.prefetch(KeyRef{ns, hash});
+  }
   // Adds a block (its key must be absent); returns its slot.
   uint32_t Insert(uint64_t namespace_id, std::string_view hash, uint64_t sequence,
                   const RecordLocation& location, uint32_t last_access);
@@ -93,7 +131,7 @@ class BlockIndex {
     return chunks_[slot >> kChunkBits][slot & kChunkMask];
   }
   uint64_t namespace_id(uint32_t slot) const { return NamespaceId(at(slot).namespace_slot); }
-  uint64_t charge(uint32_t slot) const { return BlockCharge(at(slot).location); }
+  uint64_t charge(uint32_t slot) const { return BlockCharge(at(slot).location()); }
 
   // Slots of a namespace's blocks (O(slots in use)).
   std::vector<uint32_t> SlotsOf(uint64_t namespace_id) const;

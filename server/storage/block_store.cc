@@ -38,8 +38,8 @@ std::string_view KeyOf(const BlockIndex& index, uint32_t slot, char (&buf)[8 + 3
   const BlockEntry& e = index.at(slot);
   const uint64_t ns = index.NamespaceId(e.namespace_slot);
   for (int b = 0; b < 8; ++b) buf[b] = static_cast<char>(ns >> (56 - 8 * b));
-  std::memcpy(buf + 8, e.hash, e.location.hash_bytes);
-  return std::string_view(buf, 8 + e.location.hash_bytes);
+  std::memcpy(buf + 8, e.hash, e.hash_bytes());
+  return std::string_view(buf, 8 + e.hash_bytes());
 }
 
 absl::Status UnknownNamespace(uint64_t id) {
@@ -95,13 +95,13 @@ int64_t BlockStore::ExpiryOf(uint32_t slot) const {
 
 void BlockStore::QueueExpiry(uint32_t slot) {
   const int64_t at = ExpiryOf(slot);
-  if (at != 0) expiry_.Push({at, slot, index_.at(slot).sequence});
+  if (at != 0) expiry_.Push({at, slot, index_.at(slot).sequence()});
 }
 
 void BlockStore::Touched(uint32_t slot, int64_t now, bool refresh_access_time) {
   BlockEntry& e = index_.at(slot);
   if (refresh_access_time) e.last_access = static_cast<uint32_t>(std::max<int64_t>(now, 0));
-  dirty_access_[slot] = Dirty{e.sequence, next_touch_++};
+  dirty_access_[slot] = Dirty{e.sequence(), next_touch_++};
 }
 
 uint64_t BlockStore::Fingerprint(uint32_t slot) const {
@@ -193,7 +193,7 @@ absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
     {
       std::lock_guard<std::mutex> l(mu_);
       for (uint32_t slot : index_.SlotsOf(id)) {
-        blocks.push_back({slot, index_.at(slot).sequence, index_.at(slot).location});
+        blocks.push_back({slot, index_.at(slot).sequence(), index_.at(slot).location()});
       }
     }
     // Records first: once the drop is acknowledged no salvage can find its blocks.
@@ -208,7 +208,7 @@ absl::StatusOr<uint64_t> BlockStore::DropNamespace(uint64_t id) {
     std::lock_guard<std::mutex> l(mu_);
     std::vector<uint32_t> live;
     for (const Superseded& b : blocks) {
-      if (index_.at(b.slot).sequence == b.sequence) live.push_back(b.slot);
+      if (index_.at(b.slot).sequence() == b.sequence) live.push_back(b.slot);
     }
     if (events_ != nullptr) {
       // Dropped: one event for the namespace. A failed write leaves the namespace, without
@@ -314,9 +314,9 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     auto take = [&](const std::vector<uint32_t>& picked, bool for_quota) {
       for (uint32_t v : picked) {
         victim_set.insert(v);
-        victims.push_back({v, index_.at(v).sequence, index_.at(v).location, for_quota});
+        victims.push_back({v, index_.at(v).sequence(), index_.at(v).location(), for_quota});
         freeing += index_.charge(v);
-        reserve_for(index_.tenant(v), -int64_t{index_.at(v).location.value_bytes},
+        reserve_for(index_.tenant(v), -int64_t{index_.at(v).value_bytes},
                     -static_cast<int64_t>(index_.charge(v)));
       }
     };
@@ -339,7 +339,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
         std::tie(credit, credit_value) = it->second;
       } else if (uint32_t old = index_.Find(namespace_id, blocks[i].hash); old != kNoSlot) {
         credit = index_.charge(old);
-        credit_value = index_.at(old).location.value_bytes;
+        credit_value = index_.at(old).value_bytes;
       }
       auto projected = [&] {
         return static_cast<int64_t>(index_.used_bytes()) + reserved_bytes_ -
@@ -363,7 +363,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
         for (size_t k = victims_before; k < victims.size(); ++k) {
           const uint32_t v = victims[k].slot;
           victim_set.erase(v);
-          reserve_for(index_.tenant(v), int64_t{index_.at(v).location.value_bytes},
+          reserve_for(index_.tenant(v), int64_t{index_.at(v).value_bytes},
                       static_cast<int64_t>(index_.charge(v)));
         }
         victims.resize(victims_before);
@@ -426,7 +426,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
   for (size_t i : accepted) {
     const uint32_t old = index_.Find(namespace_id, blocks[i].hash);
     if (old != kNoSlot && !victim_set.contains(old)) {
-      overwritten.push_back({old, index_.at(old).sequence, index_.at(old).location});
+      overwritten.push_back({old, index_.at(old).sequence(), index_.at(old).location()});
       victim_set.insert(old);  // listed once however often the call repeats the key
     }
   }
@@ -513,16 +513,16 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     // was replacing (a successful one reports them stored below).
     std::vector<uint32_t> evicted, lost;
     for (const Superseded& v : victims) {
-      if (index_.at(v.slot).sequence == v.sequence) evicted.push_back(v.slot);
+      if (index_.at(v.slot).sequence() == v.sequence) evicted.push_back(v.slot);
     }
     for (const Superseded& o : overwritten) {
-      if (!s.ok() && index_.at(o.slot).sequence == o.sequence) lost.push_back(o.slot);
+      if (!s.ok() && index_.at(o.slot).sequence() == o.sequence) lost.push_back(o.slot);
     }
     ReportRemoved(std::move(evicted), RemovalReason::kEvicted);
     ReportRemoved(std::move(lost), RemovalReason::kLost);
   }
   for (const Superseded& v : victims) {
-    if (index_.at(v.slot).sequence != v.sequence) continue;
+    if (index_.at(v.slot).sequence() != v.sequence) continue;
     Forget(v.slot, EraseReason::kEvicted);
     if (s.ok()) {
       evicted_blocks_ += 1;
@@ -534,7 +534,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
     }
   }
   for (const Superseded& o : overwritten) {
-    if (index_.at(o.slot).sequence == o.sequence) Forget(o.slot, EraseReason::kDeleted);
+    if (index_.at(o.slot).sequence() == o.sequence) Forget(o.slot, EraseReason::kDeleted);
   }
   if (!s.ok()) {
     for (size_t i : accepted) results[i] = s;
@@ -563,7 +563,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
                         static_cast<uint32_t>(std::max<int64_t>(now, 0)));
       uint32_t parent = kNoSlot;
       if (chain->last_slot != kNoSlot && chain->last_slot != slot &&
-          index_.at(chain->last_slot).sequence == chain->last_sequence) {
+          index_.at(chain->last_slot).sequence() == chain->last_sequence) {
         parent = chain->last_slot;
       }
       RequestInfo info = InfoFor(*chain, now);
@@ -621,7 +621,7 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
         expired.push_back(BlockKey(namespace_id, hashes[i]));
         continue;
       }
-      plan.push_back({i, slot, index_.at(slot).sequence, index_.at(slot).location});
+      plan.push_back({i, slot, index_.at(slot).sequence(), index_.at(slot).location()});
     }
   }
   if (cache_only && !expired.empty()) {
@@ -655,7 +655,7 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
   {
     std::lock_guard<std::mutex> l(mu_);
     for (const ReadPlan* p : suspect) {
-      if (index_.at(p->slot).sequence != p->sequence || Busy(p->slot)) continue;  // changed
+      if (index_.at(p->slot).sequence() != p->sequence || Busy(p->slot)) continue;  // changed
       corrupt.push_back(BlockKey(namespace_id, hashes[p->index]));
     }
     if (cache_only && !corrupt.empty()) {  // deleting the damaged blocks writes
@@ -667,10 +667,10 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
     if (chain == nullptr) chain = &whole_call;
     NumberRequest(chain);
     for (const ReadPlan& p : plan) {
-      if (!out[p.index].has_value() || index_.at(p.slot).sequence != p.sequence) continue;
+      if (!out[p.index].has_value() || index_.at(p.slot).sequence() != p.sequence) continue;
       uint32_t parent = kNoSlot;
       if (chain->last_slot != kNoSlot && chain->last_slot != p.slot &&
-          index_.at(chain->last_slot).sequence == chain->last_sequence) {
+          index_.at(chain->last_slot).sequence() == chain->last_sequence) {
         parent = chain->last_slot;
       }
       leases_.erase(p.slot);
@@ -732,13 +732,13 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
       }
       uint32_t parent = kNoSlot;
       if (cursor.last_slot != kNoSlot && cursor.last_slot != slot &&
-          index_.at(cursor.last_slot).sequence == cursor.last_sequence) {
+          index_.at(cursor.last_slot).sequence() == cursor.last_sequence) {
         parent = cursor.last_slot;
       }
       policy_->OnHit(slot, parent, Fingerprint(slot), InfoFor(cursor, now));
       Touched(slot, now, /*refresh_access_time=*/false);
       cursor.last_slot = slot;
-      cursor.last_sequence = index_.at(slot).sequence;
+      cursor.last_sequence = index_.at(slot).sequence();
       ++matched;
     }
     if (stop) break;
@@ -776,7 +776,7 @@ absl::StatusOr<uint64_t> BlockStore::DeleteKeys(std::vector<std::string> keys, R
         index_.Find(format::GetFixed64BE(k.data()), std::string_view(k).substr(8));
     // Re-check under the claim: an expiry candidate may have been refreshed or re-put since.
     if (slot == kNoSlot || (only_expired_at != 0 && !Expired(slot, only_expired_at))) continue;
-    gone.push_back({slot, index_.at(slot).sequence, index_.at(slot).location});
+    gone.push_back({slot, index_.at(slot).sequence(), index_.at(slot).location()});
     deleting.push_back(k);
   }
   l.unlock();
@@ -795,7 +795,7 @@ absl::StatusOr<uint64_t> BlockStore::DeleteKeys(std::vector<std::string> keys, R
   l.lock();
   std::vector<uint32_t> live;  // the records are gone whatever the write did
   for (const Superseded& g : gone) {
-    if (index_.at(g.slot).sequence == g.sequence) live.push_back(g.slot);
+    if (index_.at(g.slot).sequence() == g.sequence) live.push_back(g.slot);
   }
   ReportRemoved(live, reason);
   for (uint32_t slot : live) {

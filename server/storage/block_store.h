@@ -167,12 +167,15 @@ struct OpenStep {
   double cpu_s = 0;
 };
 struct OpenTimings {
-  OpenStep repair_check;  // RepairIfDamaged: a first open, every live SST's checksums read
-  OpenStep rocksdb_open;  // DB::Open (WAL replay), the value log and policy objects
-  OpenStep scan;          // Recover: block_meta merge-joined with access into the index
-  OpenStep policy;        // Recover: the blocks handed to the eviction policy in order
-  OpenStep reclaim;       // Recover: orphans deleted, unreferenced value-log pages freed
-  OpenStep total;         // all of Open (the above, the migration, the disk measurement)
+  OpenStep repair_check;          // RepairIfDamaged: a first open, every live SST's checksums read
+  OpenStep rocksdb_open;          // DB::Open (WAL replay), the value log and policy objects
+  OpenStep scan;                  // Recover: block_meta merge-joined with access into the index
+                                  // (CPU: the opening thread's and the scanning threads')
+  int scan_threads = 0;           // threads that decoded the scan (ScanBlockMeta's key ranges)
+  double scan_threads_cpu_s = 0;  // their CPU time, together (part of scan.cpu_s)
+  OpenStep policy;                // Recover: the blocks handed to the eviction policy in order
+  OpenStep reclaim;               // Recover: orphans deleted, unreferenced value-log pages freed
+  OpenStep total;                 // all of Open (the above, the migration, the disk measurement)
 };
 
 // A stored value read without a further copy: `bytes` stay valid while `owner` (or a copy of

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
 #include "server/storage/block_store.h"
+#include "server/storage/meta_scan.h"
 #include "server/storage/rocksdb_crc32c.h"
 #include "server/storage/rocksdb_status.h"
 #include "server/storage/store_format.h"
@@ -39,6 +41,8 @@ constexpr char kSequenceMarkKey[] = "turbokv.sequence_mark";
 constexpr uint64_t kSequenceStep = uint64_t{1} << 20;
 // Legacy values are migrated this many at a time (a block is at most a few MiB).
 constexpr size_t kMigrationBatchKeys = 16;
+// Threads the recovery scan of block_meta uses at most (one per core up to this).
+constexpr unsigned kMaxScanThreads = 4;
 
 // A stopwatch of wall time and of the calling thread's CPU time.
 class Stopwatch {
@@ -196,18 +200,21 @@ absl::Status BlockStore::Recover() {
   TURBOKV_RETURN_IF_ERROR(LoadSequenceMark());
   const int64_t now = clock_->NowSeconds();
   TURBOKV_RETURN_IF_ERROR(namespaces_->Load(now));
-  // Merge-join block_meta with access (same keys, same order), straight into the index: a
-  // block costs its index entry and 24 bytes of restart order here, nothing more. The restart
-  // order carries what the policy is told about each block (fingerprint, charge), computed
-  // while the block's entry is in the cache: handing blocks over in touch order visits the
-  // index at random.
+  // Merge-join block_meta with access (same keys, same order; ScanBlockMeta decodes on several
+  // threads), straight into the index: a block costs its index entry and 24 bytes of restart
+  // order here, nothing more. The restart order carries what the policy is told about each block
+  // (fingerprint, charge), computed while the block's entry is in the cache: handing blocks over in
+  // touch order visits the index at random.
   struct Restart {
     uint64_t touch;
     uint64_t fingerprint;
     uint32_t slot;
     uint32_t charge;
+    // Ties (touch numbers derived from put times) by fingerprint, not slot: the slots depend
+    // on how the scanning threads' chunks interleaved.
     bool operator<(const Restart& o) const {
-      return touch != o.touch ? touch < o.touch : slot < o.slot;
+      if (touch != o.touch) return touch < o.touch;
+      return fingerprint != o.fingerprint ? fingerprint < o.fingerprint : slot < o.slot;
     }
   };
   std::vector<Restart> order;
@@ -221,14 +228,6 @@ absl::Status BlockStore::Recover() {
   std::vector<std::string> legacy;
   uint64_t max_sequence = 0, lost = 0;
   {
-    // One sequential pass over both column families: read ahead in large pieces, and keep
-    // the blocks out of the block cache (nothing here is read again). Checksums stay on.
-    rocksdb::ReadOptions scan;
-    scan.fill_cache = false;
-    scan.readahead_size = size_t{4} << 20;
-    std::unique_ptr<rocksdb::Iterator> meta(db_->NewIterator(scan, cf_meta_));
-    std::unique_ptr<rocksdb::Iterator> access(db_->NewIterator(scan, cf_access_));
-    access->SeekToFirst();
     uint64_t cached_ns = 0;
     bool cached_known = false;
     uint32_t cached_ttl = 0;
@@ -238,63 +237,70 @@ absl::Status BlockStore::Recover() {
       index_.SetNamespaceTenant(r.id, TenantNumber(r.tenant));
     }
     index_.Reserve(estimate);
-    for (meta->SeekToFirst(); meta->Valid(); meta->Next()) {
-      const rocksdb::Slice key = meta->key();
-      format::MetaValue m;
-      const bool well_formed = key.size() >= 8 + kMinBlockHashBytes &&
-                               key.size() <= 8 + kMaxBlockHashBytes &&
-                               format::DecodeMeta(meta->value().ToStringView(), &m);
-      const uint64_t ns = well_formed ? GetFixed64BE(key.data()) : 0;
-      if (well_formed && (ns != cached_ns || !cached_known)) {
-        cached_ns = ns;
-        cached_known = namespaces_->Contains(ns);
-        cached_ttl = namespaces_->TtlSeconds(ns);
-      }
-      if (!well_formed || !cached_known) {
-        orphans.push_back(key.ToString());
-        continue;
-      }
-      int64_t last_access = m.put_time;
-      uint64_t touch = 0;
-      while (access->Valid() && access->key().compare(key) < 0) access->Next();
-      if (access->Valid() && access->key() == key &&
-          (access->value().size() == 8 || access->value().size() == 16)) {
-        last_access = std::max<int64_t>(last_access,
-                                        static_cast<int64_t>(GetFixed64LE(access->value().data())));
-        if (access->value().size() == 16) touch = GetFixed64LE(access->value().data() + 8);
-      }
-      // Written before the touch number existed: last use, one step per second.
-      if (touch == 0) touch = static_cast<uint64_t>(std::max<int64_t>(last_access, 0)) << 20;
-      if (!m.in_log) {
-        legacy.push_back(key.ToString());
-        continue;
-      }
-      RecordLocation where;
-      where.segment = m.segment;
-      where.page = m.page;
-      where.value_bytes = static_cast<uint32_t>(m.value_bytes);
-      where.hash_bytes = static_cast<uint8_t>(key.size() - 8);
-      if (m.value_bytes > UINT32_MAX || !log_->MarkLive(where)) {
-        orphans.push_back(key.ToString());  // its value-log record is gone
-        ++lost;
-        continue;
-      }
-      max_sequence = std::max(max_sequence, m.sequence);
-      const uint32_t slot =
-          index_.Insert(ns, std::string_view(key.data() + 8, key.size() - 8), m.sequence, where,
-                        static_cast<uint32_t>(std::max<int64_t>(last_access, 0)));
-      order.push_back(
-          Restart{touch, Fingerprint(slot), slot,
-                  static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX))});
-      if (cached_ttl != 0) {
-        ++ttl_blocks_;
-        QueueExpiry(slot);
-      }
-    }
-    TURBOKV_RETURN_IF_ERROR(FromRocksDb(meta->status(), "scan block_meta"));
-    TURBOKV_RETURN_IF_ERROR(FromRocksDb(access->status(), "scan access"));
+    // The scanning threads decode; this one inserts (the index is not thread-safe).
+    const int threads =
+        static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, kMaxScanThreads));
+    MetaScanStats scan_stats;
+    TURBOKV_RETURN_IF_ERROR(ScanBlockMeta(
+        db_, cf_meta_, cf_access_, threads,
+        [&](MetaScanChunk& chunk) {
+          for (std::string& k : chunk.malformed) orphans.push_back(std::move(k));
+          // The key set's probe of a block a few ahead is loaded while this one is inserted.
+          constexpr size_t kPrefetchAhead = 8;
+          for (size_t i = 0; i < chunk.blocks.size(); ++i) {
+            if (i + kPrefetchAhead < chunk.blocks.size()) {
+              const ScannedBlock& next = chunk.blocks[i + kPrefetchAhead];
+              index_.Prefetch(next.namespace_id, std::string_view(next.hash, next.hash_bytes));
+            }
+            const ScannedBlock& b = chunk.blocks[i];
+            const uint64_t ns = b.namespace_id;
+            if (ns != cached_ns || !cached_known) {
+              cached_ns = ns;
+              cached_known = namespaces_->Contains(ns);
+              cached_ttl = namespaces_->TtlSeconds(ns);
+            }
+            if (!cached_known) {
+              orphans.push_back(b.Key());
+              continue;
+            }
+            const format::MetaValue& m = b.meta;
+            // Written before the touch number existed: last use, one step per second.
+            const uint64_t touch =
+                b.touch != 0 ? b.touch
+                             : static_cast<uint64_t>(std::max<int64_t>(b.last_access, 0)) << 20;
+            if (!m.in_log) {
+              legacy.push_back(b.Key());
+              continue;
+            }
+            RecordLocation where;
+            where.segment = m.segment;
+            where.page = m.page;
+            where.value_bytes = static_cast<uint32_t>(m.value_bytes);
+            where.hash_bytes = b.hash_bytes;
+            if (m.value_bytes > UINT32_MAX || !log_->MarkLive(where)) {
+              orphans.push_back(b.Key());  // its value-log record is gone
+              ++lost;
+              continue;
+            }
+            max_sequence = std::max(max_sequence, m.sequence);
+            const uint32_t slot =
+                index_.Insert(ns, std::string_view(b.hash, b.hash_bytes), m.sequence, where,
+                              static_cast<uint32_t>(std::max<int64_t>(b.last_access, 0)));
+            order.push_back(Restart{
+                touch, Fingerprint(slot), slot,
+                static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX))});
+            if (cached_ttl != 0) {
+              ++ttl_blocks_;
+              QueueExpiry(slot);
+            }
+          }
+        },
+        &scan_stats));
     index_.ShrinkToFit();
     open_timings_.scan = watch.Lap();
+    open_timings_.scan.cpu_s += scan_stats.scanners_cpu_s;
+    open_timings_.scan_threads = scan_stats.threads;
+    open_timings_.scan_threads_cpu_s = scan_stats.scanners_cpu_s;
     // Least recently used first: the policy is handed the blocks in the order they were last
     // used, so it starts from the order the store had.
     std::sort(order.begin(), order.end());
@@ -455,7 +461,7 @@ absl::Status BlockStore::FlushAccessTimes() {
     if (dirty_access_.empty()) return absl::OkStatus();
     for (const auto& [slot, d] : dirty_access_) {
       const BlockEntry& e = index_.at(slot);
-      if (e.sequence != d.sequence) continue;  // gone (and its slot reused) since
+      if (e.sequence() != d.sequence) continue;  // gone (and its slot reused) since
       std::string key;
       format::PutFixed64BE(&key, index_.NamespaceId(e.namespace_slot));
       key.append(e.hash_view());
@@ -499,7 +505,7 @@ absl::Status BlockStore::RunMaintenance() {
       for (const ExpiryQueue::Item& it : items) {
         if (it.slot >= index_.slot_limit()) continue;
         const BlockEntry& e = index_.at(it.slot);
-        if (e.sequence != it.sequence || !Expired(it.slot, now)) continue;
+        if (e.sequence() != it.sequence || !Expired(it.slot, now)) continue;
         std::string key;
         format::PutFixed64BE(&key, index_.NamespaceId(e.namespace_slot));
         key.append(e.hash_view());
@@ -518,7 +524,7 @@ absl::Status BlockStore::RunMaintenance() {
     std::lock_guard<std::mutex> l(mu_);
     if (expiry_.size() > 2 * ttl_blocks_ + 1024) {
       expiry_.Compact([&](const ExpiryQueue::Item& it) {
-        return it.slot < index_.slot_limit() && index_.at(it.slot).sequence == it.sequence &&
+        return it.slot < index_.slot_limit() && index_.at(it.slot).sequence() == it.sequence &&
                ExpiryOf(it.slot) == it.expire_at;
       });
     }

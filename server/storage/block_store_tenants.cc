@@ -64,7 +64,7 @@ std::vector<uint32_t> BlockStore::PickQuotaVictims(uint32_t tenant, uint64_t val
     // Any prefix of the list is safe to evict (children come before their parents).
     uint64_t freed = 0;
     size_t k = prior.size();
-    while (k < out.size() && freed < value_bytes) freed += index_.at(out[k++]).location.value_bytes;
+    while (k < out.size() && freed < value_bytes) freed += index_.at(out[k++]).value_bytes;
     if (freed >= value_bytes || listed < ask) {  // enough, or every evictable block is listed
       return std::vector<uint32_t>(out.begin() + static_cast<ptrdiff_t>(prior.size()),
                                    out.begin() + static_cast<ptrdiff_t>(k));

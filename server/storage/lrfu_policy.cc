@@ -246,7 +246,11 @@ void LrfuPolicy::OnInsert(uint32_t slot, uint32_t parent, uint64_t fingerprint, 
   ++n.gen;
   n.parent = kNoSlot;
   n.charge_leaf = charge | kLeafBit;
-  n.tenant = tenant;
+  if (tenant != 0 && tenants_.empty()) tenants_.resize(nodes_.size(), 0);
+  if (!tenants_.empty()) {
+    if (slot >= tenants_.size()) tenants_.resize(nodes_.size(), 0);
+    tenants_[slot] = tenant;
+  }
   n.request = static_cast<uint16_t>(info.request);
   const double half_life = HalfLifeAccesses();
   double key = -std::numeric_limits<double>::infinity();
@@ -331,7 +335,7 @@ uint64_t LrfuPolicy::SelectVictims(uint64_t bytes_needed, std::optional<uint32_t
         }
       }
     }
-    if ((tenant.has_value() && nodes_[s].tenant != *tenant) || !evictable(s)) continue;
+    if ((tenant.has_value() && TenantOf(s) != *tenant) || !evictable(s)) continue;
     out->push_back(s);
     listed += Charge(s);
     const uint32_t p = ParentOf(s);
@@ -353,7 +357,7 @@ void LrfuPolicy::Reserve(size_t slots) {
 
 size_t LrfuPolicy::MemoryBytes() const {
   size_t bytes = nodes_.capacity() * sizeof(Node) + heap_.capacity() * sizeof(uint32_t) +
-                 ghosts_.MemoryBytes();
+                 tenants_.capacity() * sizeof(uint32_t) + ghosts_.MemoryBytes();
   for (const lrfu::ShadowCache& shadow : shadows_) bytes += shadow.MemoryBytes();
   return bytes;
 }

@@ -21,11 +21,12 @@
 //   map, so no reordering). Chats and agent loops want H near 0 (their next turn reuses the
 //   newest blocks); Zipf-popular prompts and documents want a long H.
 //
-// Memory per block: 24-byte node, a 4-byte heap entry per leaf, ghost_ratio x 8 bytes of
-// ghosts; the shadows are bounded by shadow_blocks (about 0.5 MB each at the default), not by
-// the store's size. Cost: OnInsert/OnHit/OnErase are O(log leaves) (a hit on an inner block is
-// O(1)); a sampled access also costs O(log shadow_blocks) per shadow; a change of half-life is
-// O(live blocks + ghosts) and happens at most once per epoch. Deterministic for a given input.
+// Memory per block: 20-byte node (4 more for its tenant once a store has blocks of more than
+// one tenant), a 4-byte heap entry per leaf, ghost_ratio x 6 bytes of ghosts; the shadows are
+// bounded by shadow_blocks (about 0.5 MB each at the default), not by the store's size. Cost:
+// OnInsert/OnHit/OnErase are O(log leaves) (a hit on an inner block is O(1)); a sampled access also
+// costs O(log shadow_blocks) per shadow; a change of half-life is O(live blocks + ghosts) and
+// happens at most once per epoch. Deterministic for a given input.
 //
 // Not thread-safe (see eviction_policy.h).
 #ifndef TURBOKV_SERVER_STORAGE_LRFU_POLICY_H_
@@ -52,7 +53,7 @@ struct LrfuOptions {
   std::vector<double> half_lives = {0, 0.25, 0.5, 1, 2, 4, 8, 16};
   // Half-life until the shadows have decided, in turnovers (one of half_lives). Default: 1.
   double initial_half_life = 1;
-  // Ghost entries per block of capacity (0: no ghosts). Default: 1 (8 bytes per block).
+  // Ghost entries per block of capacity (0: no ghosts). Default: 1 (6 bytes per block).
   double ghost_ratio = 1;
   // Sampled blocks per shadow cache: the sampling rate is the largest power of two <= 1 that
   // keeps a shadow's capacity at or below this. Default: 8192.
@@ -105,12 +106,13 @@ class LrfuPolicy final : public EvictionPolicy {
     uint32_t charge_leaf = 0;      // charge (low 31 bits) | kLeafBit while a leaf
     float key = 0;                 // LRFU key relative to base_
     uint32_t pos_or_children = 0;  // leaf: its place in heap_; inner: live children naming it
-    uint32_t tenant = 0;
-    uint16_t request = 0;    // low bits of the last request that accessed it
-    uint8_t gen = 0;         // odd while live; bumped by insert and erase
-    uint8_t parent_gen = 0;  // parent's gen when linked: a stale link is ignored
+    uint16_t request = 0;          // low bits of the last request that accessed it
+    uint8_t gen = 0;               // odd while live; bumped by insert and erase
+    uint8_t parent_gen = 0;        // parent's gen when linked: a stale link is ignored
   };
-  static_assert(sizeof(Node) == 24);
+  static_assert(sizeof(Node) == 20);
+  // The tenant of the block in `slot` (0 while no block of another tenant was ever inserted).
+  uint32_t TenantOf(uint32_t slot) const { return slot < tenants_.size() ? tenants_[slot] : 0; }
 
   bool Live(uint32_t slot) const { return slot < nodes_.size() && (nodes_[slot].gen & 1) != 0; }
   bool IsLeaf(uint32_t slot) const { return (nodes_[slot].charge_leaf & kLeafBit) != 0; }
@@ -144,8 +146,11 @@ class LrfuPolicy final : public EvictionPolicy {
 
   LrfuOptions options_;
   std::vector<Node> nodes_;
+  // Tenants by slot, kept only once a block of a tenant other than 0 arrives (a store with one
+  // tenant spends nothing on them); then sized like nodes_.
+  std::vector<uint32_t> tenants_;
   std::vector<uint32_t> heap_;  // leaf slots
-  lrfu::GhostTable ghosts_;
+  lrfu::CompactGhostTable ghosts_;
   std::vector<lrfu::ShadowCache> shadows_;
   double half_life_;  // turnovers
   uint64_t half_life_changes_ = 0;

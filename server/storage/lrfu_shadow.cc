@@ -5,57 +5,6 @@
 
 namespace turbokv::server::lrfu {
 
-void GhostTable::Resize(size_t entries) {
-  size_t buckets = 1;
-  while (buckets * kWays < entries) buckets <<= 1;
-  slots_.assign(entries == 0 ? 0 : buckets * kWays, Slot{});
-  bucket_mask_ = entries == 0 ? 0 : buckets - 1;
-  size_ = 0;
-}
-
-void GhostTable::Put(uint64_t mixed, float key) {
-  if (slots_.empty()) return;
-  const uint32_t tag = Tag(mixed);
-  Slot* bucket = &slots_[Bucket(mixed)];
-  Slot* victim = nullptr;
-  for (size_t i = 0; i < kWays; ++i) {
-    Slot& s = bucket[i];
-    if (s.tag == tag || s.tag == 0) {
-      victim = &s;
-      break;
-    }
-    if (victim == nullptr || s.key < victim->key) victim = &s;
-  }
-  // A full bucket keeps its more valuable ghosts.
-  if (victim->tag != 0 && victim->tag != tag && victim->key > key) return;
-  if (victim->tag == 0) ++size_;
-  victim->tag = tag;
-  victim->key = key;
-}
-
-std::optional<float> GhostTable::Take(uint64_t mixed) {
-  if (size_ == 0) return std::nullopt;  // a store's recovery inserts millions with no ghost
-  const uint32_t tag = Tag(mixed);
-  Slot* bucket = &slots_[Bucket(mixed)];
-  for (size_t i = 0; i < kWays; ++i) {
-    if (bucket[i].tag == tag) {
-      bucket[i].tag = 0;
-      --size_;
-      return bucket[i].key;
-    }
-  }
-  return std::nullopt;
-}
-
-void GhostTable::DropAtOrAbove(uint32_t threshold) {
-  for (Slot& s : slots_) {
-    if (s.tag != 0 && s.tag >= threshold) {
-      s.tag = 0;
-      --size_;
-    }
-  }
-}
-
 void ShadowCache::SiftUp(size_t pos) {
   HeapSiftUp(
       heap_, pos, [this](uint32_t e) { return entries_[e].key; },

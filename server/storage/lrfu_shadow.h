@@ -5,6 +5,7 @@
 #ifndef TURBOKV_SERVER_STORAGE_LRFU_SHADOW_H_
 #define TURBOKV_SERVER_STORAGE_LRFU_SHADOW_H_
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -83,46 +84,102 @@ void HeapSiftDown(std::vector<uint32_t>& heap, size_t pos, KeyOf key_of, SetPos 
 }
 
 // Keys of recently evicted blocks, by fingerprint: a block stored again resumes the value it
-// had (decayed since) instead of starting from nothing. Set-associative, 8 entries of 8 bytes
-// per bucket (a 32-bit tag and the key relative to the owner's base); a full bucket drops its
-// least valuable entry. A tag collision (about 8 in 2^32 lookups) revives a wrong key.
-class GhostTable {
+// had (decayed since) instead of starting from nothing. Set-associative, buckets of 8 entries
+// (a tag of the fingerprint's mixed high bits, TagT wide, and the key relative to the owner's
+// base: 6 bytes an entry with 16-bit tags, 8 with 32-bit ones); a full bucket drops its least
+// valuable entry. A tag collision (about 8 in 2^(8 x sizeof(TagT)) lookups of an absent
+// fingerprint) revives a wrong key. The bucket is the mixed low 32 bits mapped onto the bucket
+// count by a multiply (Lemire's fast range reduction), so any count works.
+template <typename TagT>
+class BasicGhostTable {
  public:
-  // Room for about `entries` ghosts (rounded up to a power of two of buckets); drops all.
-  void Resize(size_t entries);
-  size_t capacity() const { return slots_.size(); }
+  // Room for `entries` ghosts (rounded up to whole buckets of kWays); drops all.
+  void Resize(size_t entries) {
+    // Up to 2^32 buckets (the bucket comes from 32 bits of the hash).
+    buckets_.assign(std::min<size_t>((entries + kWays - 1) / kWays, size_t{1} << 32), Bucket{});
+    buckets_.shrink_to_fit();
+    size_ = 0;
+  }
+  size_t capacity() const { return buckets_.size() * kWays; }
   size_t size() const { return size_; }  // ghosts held
   // `mixed`: Mix64 of the fingerprint.
-  void Put(uint64_t mixed, float key);
+  void Put(uint64_t mixed, float key) {
+    if (buckets_.empty()) return;
+    const TagT tag = Tag(mixed);
+    Bucket& b = BucketOf(mixed);
+    size_t victim = kWays;
+    for (size_t i = 0; i < kWays; ++i) {
+      if (b.tags[i] == tag || b.tags[i] == 0) {
+        victim = i;
+        break;
+      }
+      if (victim == kWays || b.keys[i] < b.keys[victim]) victim = i;
+    }
+    // A full bucket keeps its more valuable ghosts.
+    if (b.tags[victim] != 0 && b.tags[victim] != tag && b.keys[victim] > key) return;
+    if (b.tags[victim] == 0) ++size_;
+    b.tags[victim] = tag;
+    b.keys[victim] = key;
+  }
   // The ghost's key, removed; nullopt when none.
-  std::optional<float> Take(uint64_t mixed);
+  std::optional<float> Take(uint64_t mixed) {
+    if (size_ == 0) return std::nullopt;  // a store's recovery inserts millions with no ghost
+    const TagT tag = Tag(mixed);
+    Bucket& b = BucketOf(mixed);
+    for (size_t i = 0; i < kWays; ++i) {
+      if (b.tags[i] == tag) {
+        b.tags[i] = 0;
+        --size_;
+        return b.keys[i];
+      }
+    }
+    return std::nullopt;
+  }
   // Applies key = fn(key) to every ghost (fn monotone: rebasing, rescaling).
   template <typename Fn>
   void TransformKeys(Fn fn) {
-    for (Slot& s : slots_) {
-      if (s.tag != 0) s.key = fn(s.key);
+    for (Bucket& b : buckets_) {
+      for (size_t i = 0; i < kWays; ++i) {
+        if (b.tags[i] != 0) b.keys[i] = fn(b.keys[i]);
+      }
     }
   }
-  // Drops ghosts whose sampling hash (the fingerprint's mixed high 32 bits) is >= threshold.
-  void DropAtOrAbove(uint32_t threshold);
-  size_t MemoryBytes() const { return slots_.capacity() * sizeof(Slot); }
+  // Drops ghosts whose sampling hash (the fingerprint's mixed high 32 bits) is >= threshold
+  // (32-bit tags only: they are that hash).
+  void DropAtOrAbove(uint32_t threshold) {
+    static_assert(sizeof(TagT) == 4, "DropAtOrAbove needs the whole 32-bit sampling hash");
+    for (Bucket& b : buckets_) {
+      for (size_t i = 0; i < kWays; ++i) {
+        if (b.tags[i] != 0 && b.tags[i] >= threshold) {
+          b.tags[i] = 0;
+          --size_;
+        }
+      }
+    }
+  }
+  size_t MemoryBytes() const { return buckets_.capacity() * sizeof(Bucket); }
 
  private:
   static constexpr size_t kWays = 8;
-  struct Slot {
-    uint32_t tag = 0;  // 0 = empty
-    float key = 0;
+  struct Bucket {
+    TagT tags[kWays] = {};  // 0 = empty
+    float keys[kWays] = {};
   };
-  static uint32_t Tag(uint64_t mixed) {
-    const auto t = static_cast<uint32_t>(mixed >> 32);
-    return t == 0 ? 1 : t;
+  static TagT Tag(uint64_t mixed) {
+    const auto t = static_cast<TagT>(mixed >> (64 - 8 * sizeof(TagT)));
+    return t == 0 ? TagT{1} : t;
   }
-  size_t Bucket(uint64_t mixed) const { return (mixed & bucket_mask_) * kWays; }
+  Bucket& BucketOf(uint64_t mixed) {
+    return buckets_[static_cast<size_t>(((mixed & 0xffffffffu) * buckets_.size()) >> 32)];
+  }
 
-  std::vector<Slot> slots_;
-  uint64_t bucket_mask_ = 0;
-  size_t size_ = 0;  // slots with a tag: Take skips the probe (a cache miss) when 0
+  std::vector<Bucket> buckets_;
+  size_t size_ = 0;  // entries with a tag: Take skips the probe (a cache miss) when 0
 };
+// The shadows' ghosts (DropAtOrAbove needs whole 32-bit tags) and the policy's (one for each
+// block of capacity: 16-bit tags, 6 bytes an entry).
+using GhostTable = BasicGhostTable<uint32_t>;
+using CompactGhostTable = BasicGhostTable<uint16_t>;
 
 // A cache simulated on a sample of the blocks (those whose mixed fingerprint's high 32 bits fall
 // below the sampling threshold), with its capacity scaled by the sampling rate, running LRFU at

@@ -18,6 +18,7 @@ if(TARGET turbokv_server_storage)
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_block_store_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_crc32c_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_maintenance_task_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/storage_meta_scan_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_repair_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_tenants_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/storage_value_log_test.cc)

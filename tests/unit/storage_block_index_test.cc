@@ -29,9 +29,32 @@ TEST(BlockIndexTest, KeysAreNamespaceAndHash) {
   EXPECT_EQ(index.Find(1, std::string(33, 'z')), kNoSlot);
   EXPECT_EQ(index.namespace_id(b), 2u);
   EXPECT_EQ(index.at(c).hash_view(), std::string(32, 'z'));
-  EXPECT_EQ(index.at(c).location.hash_bytes, 32);
-  EXPECT_EQ(index.at(a).sequence, 10u);
-  EXPECT_EQ(index.at(b).location.page, 3u);
+  EXPECT_EQ(index.at(c).hash_bytes(), 32);
+  EXPECT_EQ(index.at(a).sequence(), 10u);
+  EXPECT_EQ(index.at(b).page, 3u);
+}
+
+// The 60-byte entry packs the hash length with the sequence's high bits: neither disturbs the
+// other, up to the largest sequence an entry holds.
+TEST(BlockIndexTest, SequenceAndHashLengthShareAWord) {
+  BlockIndex index;
+  const uint64_t big = BlockEntry::kSequenceLimit - 1;
+  const uint32_t a = index.Insert(1, std::string(32, 'a'), big, At(7, 9, 4000), 100);
+  const uint32_t b = index.Insert(1, std::string(8, 'b'), (uint64_t{1} << 40) + 5, At(7, 10, 1), 5);
+  EXPECT_EQ(index.at(a).sequence(), big);
+  EXPECT_EQ(index.at(a).hash_bytes(), 32);
+  EXPECT_EQ(index.at(a).hash_view(), std::string(32, 'a'));
+  EXPECT_EQ(index.at(b).sequence(), (uint64_t{1} << 40) + 5);
+  EXPECT_EQ(index.at(b).hash_bytes(), 8);
+  const RecordLocation l = index.at(a).location();
+  EXPECT_EQ(l.segment, 7u);
+  EXPECT_EQ(l.page, 9u);
+  EXPECT_EQ(l.value_bytes, 4000u);
+  EXPECT_EQ(l.hash_bytes, 32);
+  EXPECT_EQ(index.Find(1, std::string(8, 'b')), b);
+  index.Erase(a);
+  EXPECT_EQ(index.Find(1, std::string(32, 'a')), kNoSlot);
+  EXPECT_EQ(index.Find(1, std::string(8, 'b')), b);
 }
 
 TEST(BlockIndexTest, AccountingFollowsInsertAndErase) {
@@ -80,7 +103,7 @@ TEST(BlockIndexTest, ErasedSlotsAreReusedAndKeysStayFindable) {
       EXPECT_EQ(s, kNoSlot);
     } else {
       ASSERT_NE(s, kNoSlot);
-      EXPECT_EQ(index.at(s).sequence, static_cast<uint64_t>(i + 1));
+      EXPECT_EQ(index.at(s).sequence(), static_cast<uint64_t>(i + 1));
     }
   }
   for (int i = 0; i < 500; ++i) {
@@ -96,10 +119,10 @@ TEST(BlockIndexTest, MemoryPerEntryStaysSmall) {
     std::memcpy(hash.data(), &i, sizeof(i));
     index.Insert(1, hash, i + 1, At(1, i + 1, 40000), 0);
   }
-  // 64 bytes an entry and the key set's slot numbers and control bytes, at most about 80.
+  // 60 bytes an entry and the key set's slot numbers and control bytes, at most about 76.
   const double per_block = static_cast<double>(index.MemoryBytes()) / kBlocks;
-  EXPECT_LE(per_block, 80.0);
-  EXPECT_GE(per_block, 64.0);
+  EXPECT_LE(per_block, 76.0);
+  EXPECT_GE(per_block, 60.0);
 }
 
 TEST(BlockIndexTest, ReserveThenShrinkToFitGivesBackAnOverestimate) {
@@ -114,14 +137,14 @@ TEST(BlockIndexTest, ReserveThenShrinkToFitGivesBackAnOverestimate) {
     index.Insert(3, hash, i + 1, At(1, i + 1, 4000), 0);
   }
   index.ShrinkToFit();
-  // One chunk of entries (64 Ki x 64 bytes) and a key set for 1,000, not for 1 Mi.
+  // One chunk of entries (64 Ki x 60 bytes) and a key set for 1,000, not for 1 Mi.
   EXPECT_LT(index.MemoryBytes(), reserved);
   EXPECT_LE(index.MemoryBytes(), (uint64_t{64} << 16) + (uint64_t{64} << 10));
   for (int i = 0; i < 1000; ++i) {
     std::memcpy(hash.data(), &i, sizeof(i));
     const uint32_t s = index.Find(3, hash);
     ASSERT_NE(s, kNoSlot);
-    EXPECT_EQ(index.at(s).sequence, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(index.at(s).sequence(), static_cast<uint64_t>(i + 1));
   }
   // A set already the size it would have grown to is left alone (no rehash).
   const uint64_t fitted = index.MemoryBytes();

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -260,6 +261,30 @@ TEST(GhostTableTest, CountsItsGhosts) {
   g.Put(lrfu::Mix64(7), 1.0f);
   EXPECT_EQ(g.size(), 1u);
   g.Resize(128);
+  EXPECT_EQ(g.size(), 0u);
+}
+
+// The policy's table: 16-bit tags, 6 bytes an entry, any size (no power-of-two rounding).
+TEST(GhostTableTest, TheCompactTableIsSizedExactly) {
+  lrfu::CompactGhostTable g;
+  g.Resize(1000);
+  EXPECT_EQ(g.capacity(), 1000u);
+  EXPECT_EQ(g.MemoryBytes(), 6000u);
+  g.Resize(1001);  // whole buckets of 8
+  EXPECT_EQ(g.capacity(), 1008u);
+  for (uint64_t f = 1; f <= 500; ++f) g.Put(lrfu::Mix64(f), static_cast<float>(f));
+  const size_t held = g.size();  // a full bucket replaces its least valuable ghost
+  size_t found = 0;
+  for (uint64_t f = 1; f <= 500; ++f) {
+    const std::optional<float> k = g.Take(lrfu::Mix64(f));
+    if (k.has_value()) {
+      EXPECT_EQ(*k, static_cast<float>(f));
+      ++found;
+    }
+  }
+  // Half full: a bucket overflows rarely (Poisson, mean 4 of 8 ways).
+  EXPECT_GE(found, 490u);
+  EXPECT_EQ(found, held);
   EXPECT_EQ(g.size(), 0u);
 }
 
