@@ -35,7 +35,8 @@
 // acknowledged.
 //
 // Thread safety: the On* events may come from any thread (one message at a time: the adapter
-// reads one); the pipeline's state is under one mutex. Host calls are made without it.
+// reads one); the pipeline's state is under one mutex. Host calls are made without it (ArmTimer
+// excepted).
 #ifndef TURBOKV_SERVER_SERVICE_PUT_PIPELINE_H_
 #define TURBOKV_SERVER_SERVICE_PUT_PIPELINE_H_
 
