@@ -7,7 +7,7 @@
 // stream names gets exactly one, refused or not (PutBlocksResponse.results).
 //
 // Pure: no gRPC call, no threads, no clock, no budget; the reactor feeds it one message at a
-// time and acts on the Step (put_blocks_reactor.h). Not thread-safe (one stream, one caller at
+// time and acts on the Step (put_pipeline.h). Not thread-safe (one stream, one caller at
 // a time).
 //
 // Per-block problems are INVALID_ARGUMENT results (a hash outside 8..32 bytes, an encoding
