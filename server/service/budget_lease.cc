@@ -1,50 +1,67 @@
 #include "server/service/budget_lease.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace turbokv::server {
 
 BudgetLease::BudgetLease(ByteBudget* budget, std::string_view tenant)
-    : budget_(budget), account_(budget->Open(tenant)) {}
+    : holder_(budget == nullptr ? nullptr : std::make_shared<Holder>(budget, tenant)) {}
 
-BudgetLease::~BudgetLease() {
-  if (budget_ != nullptr && account_ != nullptr) budget_->Close(std::move(account_));
+bool BudgetLease::Acquire(uint64_t bytes, std::chrono::milliseconds timeout,
+                          ByteBudget::Callback done) {
+  if (holder_ == nullptr) return true;
+  return !holder_->budget->Acquire(holder_->account.get(), bytes, timeout, std::move(done));
 }
 
-BudgetLease::BudgetLease(BudgetLease&& other) noexcept
-    : budget_(std::exchange(other.budget_, nullptr)), account_(std::move(other.account_)) {}
+BudgetShare BudgetLease::Granted(uint64_t bytes) { return BudgetShare(holder_, bytes); }
 
-BudgetLease& BudgetLease::operator=(BudgetLease&& other) noexcept {
+bool BudgetLease::Cancel() {
+  return holder_ != nullptr && holder_->budget->Cancel(holder_->account.get());
+}
+
+BudgetShare BudgetLease::Take(uint64_t bytes) {
+  if (holder_ != nullptr && bytes != 0) holder_->budget->Take(holder_->account.get(), bytes);
+  return BudgetShare(holder_, bytes);
+}
+
+void BudgetLease::Release(uint64_t bytes) {
+  if (holder_ != nullptr && bytes != 0) holder_->budget->Release(holder_->account.get(), bytes);
+}
+
+uint64_t BudgetLease::held() const {
+  return holder_ == nullptr ? 0 : holder_->budget->held(holder_->account.get());
+}
+
+BudgetShare::BudgetShare(BudgetShare&& other) noexcept
+    : holder_(std::move(other.holder_)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+BudgetShare& BudgetShare::operator=(BudgetShare&& other) noexcept {
   if (this != &other) {
-    if (budget_ != nullptr && account_ != nullptr) budget_->Close(std::move(account_));
-    budget_ = std::exchange(other.budget_, nullptr);
-    account_ = std::move(other.account_);
+    Reset();
+    holder_ = std::move(other.holder_);
+    bytes_ = std::exchange(other.bytes_, 0);
   }
   return *this;
 }
 
-bool BudgetLease::Acquire(uint64_t bytes, std::chrono::milliseconds timeout,
-                          ByteBudget::Callback done) {
-  if (budget_ == nullptr) return true;
-  return !budget_->Acquire(account_.get(), bytes, timeout, std::move(done));
+BudgetShare BudgetShare::Split(uint64_t bytes) {
+  const uint64_t n = std::min(bytes, bytes_);
+  bytes_ -= n;
+  return BudgetShare(holder_, n);
 }
 
-bool BudgetLease::Cancel() { return budget_ != nullptr && budget_->Cancel(account_.get()); }
-
-void BudgetLease::Take(uint64_t bytes) {
-  if (budget_ != nullptr && bytes != 0) budget_->Take(account_.get(), bytes);
+void BudgetShare::Absorb(BudgetShare other) {
+  if (holder_ == nullptr) holder_ = other.holder_;
+  bytes_ += std::exchange(other.bytes_, 0);
 }
 
-void BudgetLease::Release(uint64_t bytes) {
-  if (budget_ != nullptr) budget_->Release(account_.get(), bytes);
-}
-
-void BudgetLease::ReleaseAll() {
-  if (budget_ != nullptr) budget_->Release(account_.get(), budget_->held(account_.get()));
-}
-
-uint64_t BudgetLease::held() const {
-  return budget_ == nullptr ? 0 : budget_->held(account_.get());
+void BudgetShare::Reset() {
+  if (holder_ != nullptr && bytes_ != 0) {
+    holder_->Release(bytes_);
+  }
+  bytes_ = 0;
+  holder_.reset();
 }
 
 }  // namespace turbokv::server

@@ -2,12 +2,13 @@
 // reactor hands out.
 //
 // gRPC calls OnDone once the call is over, and the reactor must not be used after that; but
-// its codec and I/O pool tasks and its in-flight budget callback hold the reactor's pointer
-// and still run code of the reactor after their last locked step (the unlocked tail of
-// Settle/Pump: releasing budget, starting the next read or write), racing the thread that
-// finishes the call. So the reactor counts its owners: one reference for gRPC, dropped by
-// OnDone, and one per pending task or callback (a ReactorRef captured in it, dropped when the
-// pool or the budget destroys the callable). The last one deletes the reactor.
+// its pipeline's codec and I/O pool tasks and its in-flight budget callback hold the reactor
+// (which owns the pipeline) and still run code after their last locked step (the unlocked tail
+// of PutPipeline::Settle / GetPipeline::Pump: giving budget back, starting the next read or
+// write), racing the thread that finishes the call. So the reactor counts its owners: one
+// reference for gRPC, dropped by OnDone, and one per pending task or callback (a ReactorRef, or
+// the token of the pipeline Host's Pin(), captured in it and dropped when the pool or the
+// budget destroys the callable). The last one deletes the reactor.
 //
 // Thread safety: references are taken and dropped from any thread. A reference is only ever
 // copied from one that is alive, so the count never climbs back from zero.

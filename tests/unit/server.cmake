@@ -30,8 +30,10 @@ if(TARGET turbokv_server_service)
   add_executable(server_unit_tests
     ${CMAKE_SOURCE_DIR}/tests/unit/server_admission_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_budget_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/server_chunk_assembler_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_codec_backend_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_options_test.cc
+    ${CMAKE_SOURCE_DIR}/tests/unit/server_pipeline_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_namespace_registry_test.cc
     ${CMAKE_SOURCE_DIR}/tests/unit/server_wire_format_test.cc)
   target_link_libraries(server_unit_tests PRIVATE turbokv::server_service GTest::gtest

@@ -89,7 +89,7 @@ TEST(ByteBudgetTest, ALeaseGivesBackWhatItHoldsAndCancelsItsWait) {
   {
     BudgetLease lease(&budget, "a");
     EXPECT_TRUE(lease.Acquire(70, kLong, Never()));
-    lease.Take(20);  // a message larger than its window
+    BudgetShare message = lease.Take(20);  // a message larger than its window
     EXPECT_EQ(budget.in_use(), 90u);
     EXPECT_FALSE(other.Acquire(30, kLong, granted.cb()));
     BudgetLease waiting(&budget, "a");
@@ -104,6 +104,34 @@ TEST(ByteBudgetTest, ALeaseGivesBackWhatItHoldsAndCancelsItsWait) {
   EXPECT_EQ(moved.held(), 30u);
   moved = BudgetLease();
   EXPECT_EQ(budget.in_use(), 0u);
+}
+
+TEST(ByteBudgetTest, SharesSplitMergeAndGiveBackWhenTheirOwnerDropsThem) {
+  ByteBudget budget(100);
+  BudgetShare outlives;
+  {
+    BudgetLease lease(&budget, "a");
+    ASSERT_TRUE(lease.Acquire(60, kLong, Never()));
+    BudgetShare window = lease.Granted(60);
+    BudgetShare block = window.Split(25);  // a block's chunk, paid from the window
+    EXPECT_EQ(window.bytes(), 35u);
+    EXPECT_EQ(block.bytes(), 25u);
+    block.Absorb(lease.Take(10));  // more than the window had: taken without waiting
+    EXPECT_EQ(block.bytes(), 35u);
+    EXPECT_EQ(budget.in_use(), 70u);
+    BudgetShare too_much = window.Split(1000);  // at most what the share holds
+    EXPECT_EQ(too_much.bytes(), 35u);
+    EXPECT_EQ(window.bytes(), 0u);
+    too_much.Reset();  // dropped: back to the budget now
+    EXPECT_EQ(budget.in_use(), 35u);
+    EXPECT_EQ(lease.held(), 35u);
+    outlives = std::move(block);  // the block outlives its call's lease
+  }
+  EXPECT_EQ(budget.in_use(), 35u);
+  EXPECT_EQ(budget.tenant_in_use("a"), 35u);
+  outlives = BudgetShare();  // its owner lets go: the tenant's account closes with it
+  EXPECT_EQ(budget.in_use(), 0u);
+  EXPECT_EQ(budget.tenant_in_use("a"), 0u);
 }
 
 TEST(ByteBudgetTest, NoTenantHoldsMoreThanItsShare) {
