@@ -318,8 +318,9 @@ void SortRestartOrder(std::vector<RestartRecord>& order) {
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
     while (j < n && order[j].touch == order[i].touch) ++j;
-    if (j - i > 1) std::sort(order.begin() + static_cast<ptrdiff_t>(i),
-                             order.begin() + static_cast<ptrdiff_t>(j));
+    if (j - i > 1)
+      std::sort(order.begin() + static_cast<ptrdiff_t>(i),
+                order.begin() + static_cast<ptrdiff_t>(j));
     i = j;
   }
 }

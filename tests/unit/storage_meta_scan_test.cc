@@ -146,8 +146,9 @@ TEST(SortRestartOrderTest, EqualsStdSort) {
       std::vector<RestartRecord> order(n);
       for (size_t i = 0; i < n; ++i) {
         RestartRecord& r = order[i];
-        r.touch = kind == 0 ? rng() : kind == 1 ? (uint64_t{1} << 40) + rng() % (4 * n + 1)
-                                                : (uint64_t{1700000000} + rng() % 50) << 20;
+        r.touch = kind == 0   ? rng()
+                  : kind == 1 ? (uint64_t{1} << 40) + rng() % (4 * n + 1)
+                              : (uint64_t{1700000000} + rng() % 50) << 20;
         r.fingerprint = rng() % 64;  // ties of touch and fingerprint too, broken by slot
         r.slot = static_cast<uint32_t>(i);
         r.charge = static_cast<uint32_t>(rng());
