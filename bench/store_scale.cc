@@ -467,6 +467,7 @@ int main(int argc, char** argv) {
         {"index_scan_threads", t.scan_threads},
         {"index_scan_threads_cpu_s", t.scan_threads_cpu_s},
         {"policy", StepJson(t.policy)},
+        {"policy_sort", StepJson(t.policy_sort)},
         {"reclaim", StepJson(t.reclaim)},
         {"first_lookup_s", restart_s - open_s},
         {"index_memory_bytes", db.index_memory_bytes},
@@ -488,7 +489,7 @@ int main(int argc, char** argv) {
         "%.2f s per 1M)\n"
         "  RocksDB open %.2f s (CPU %.2f): repair check %.2f (%.2f), DB::Open %.2f (%.2f)\n"
         "  recovery %.2f s (CPU %.2f): index scan %.2f (%.2f: %d threads %.2f, inserts %.2f), "
-        "policy %.2f (%.2f), reclaim %.2f (%.2f); first Lookup %.4f s\n"
+        "policy %.2f (%.2f: sort %.2f), reclaim %.2f (%.2f); first Lookup %.4f s\n"
         "  memory: store's accounting %.1f B/block (index %.1f, policy %.1f); RSS delta "
         "%.1f B/block, peak %.1f B/block\n",
         cold ? "cold" : "warm", restart_s, restart_s / per_m, restart_cpu_s, restart_cpu_s / per_m,
@@ -496,7 +497,7 @@ int main(int argc, char** argv) {
         t.rocksdb_open.cpu_s, t.scan.wall_s + t.policy.wall_s + t.reclaim.wall_s,
         t.scan.cpu_s + t.policy.cpu_s + t.reclaim.cpu_s, t.scan.wall_s, t.scan.cpu_s,
         t.scan_threads, t.scan_threads_cpu_s, t.scan.cpu_s - t.scan_threads_cpu_s, t.policy.wall_s,
-        t.policy.cpu_s, t.reclaim.wall_s, t.reclaim.cpu_s, restart_s - open_s,
+        t.policy.cpu_s, t.policy_sort.cpu_s, t.reclaim.wall_s, t.reclaim.cpu_s, restart_s - open_s,
         static_cast<double>(db.index_memory_bytes) / n,
         static_cast<double>(db.block_index_memory_bytes) / n,
         static_cast<double>(db.policy_memory_bytes) / n,

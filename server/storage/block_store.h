@@ -174,6 +174,7 @@ struct OpenTimings {
   int scan_threads = 0;           // threads that decoded the scan (ScanBlockMeta's key ranges)
   double scan_threads_cpu_s = 0;  // their CPU time, together (part of scan.cpu_s)
   OpenStep policy;                // Recover: the blocks handed to the eviction policy in order
+  OpenStep policy_sort;           // of which the sort of the restart order (part of policy)
   OpenStep reclaim;               // Recover: orphans deleted, unreferenced value-log pages freed
   OpenStep total;                 // all of Open (the above, the migration, the disk measurement)
 };

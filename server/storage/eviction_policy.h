@@ -104,6 +104,9 @@ class EvictionPolicy {
   // A hint: slots [0, slots) are about to be inserted (the store's recovery), so per-slot
   // arrays are sized once instead of grown by doubling (which leaves up to half unused).
   virtual void Reserve(size_t slots) { (void)slots; }
+  // A hint: `slot` is inserted or hit soon (the store's recovery hands blocks over in a random
+  // slot order), so its per-slot state may be loaded into the cache now. Changes nothing.
+  virtual void Prefetch(uint32_t slot) const { (void)slot; }
 };
 
 // Least recently used first, in chain order: a hit or a put places a block immediately less

@@ -123,17 +123,30 @@ void LrfuPolicy::SiftUp(size_t pos) {
 }
 
 void LrfuPolicy::SiftDown(size_t pos) {
+  heap_in_push_order_ = false;
   lrfu::HeapSiftDown(
       heap_, pos, [this](uint32_t s) { return nodes_[s].key; },
       [this](uint32_t s, uint32_t p) { nodes_[s].pos_or_children = p; });
 }
 
 void LrfuPolicy::HeapPush(uint32_t slot) {
+  if (heap_.empty()) heap_in_push_order_ = true;
+  // A key at or above the last push's, while every earlier change was such a push: the last
+  // push holds the largest key, so SiftUp would not move this one (a recovery pushes millions
+  // of blocks in key order; this skips the cache miss of each one's heap parent).
+  if (heap_in_push_order_ && !heap_.empty() && nodes_[slot].key < nodes_[heap_.back()].key) {
+    heap_in_push_order_ = false;
+  }
   heap_.push_back(slot);
-  SiftUp(heap_.size() - 1);
+  if (heap_in_push_order_) {
+    nodes_[slot].pos_or_children = static_cast<uint32_t>(heap_.size() - 1);
+  } else {
+    SiftUp(heap_.size() - 1);
+  }
 }
 
 void LrfuPolicy::HeapRemove(uint32_t slot) {
+  heap_in_push_order_ = false;
   const size_t pos = nodes_[slot].pos_or_children;
   const uint32_t last = heap_.back();
   heap_.pop_back();

@@ -92,6 +92,10 @@ class LrfuPolicy final : public EvictionPolicy {
   uint64_t charged_bytes() const override { return bytes_; }
   size_t MemoryBytes() const override;
   void Reserve(size_t slots) override;
+  void Prefetch(uint32_t slot) const override {
+    // Within the reserved capacity even before the slot's node exists (Reserve).
+    if (slot < nodes_.capacity()) __builtin_prefetch(nodes_.data() + slot, 1);
+  }
 
   // The half-life in use, in turnovers of the capacity, and how often it changed.
   double half_life() const { return half_life_; }
@@ -150,6 +154,10 @@ class LrfuPolicy final : public EvictionPolicy {
   // tenant spends nothing on them); then sized like nodes_.
   std::vector<uint32_t> tenants_;
   std::vector<uint32_t> heap_;  // leaf slots
+  // True while heap_ changed only by pushes of non-decreasing keys (Rebase and Rescale keep
+  // that: monotone maps): then heap_ is sorted and a push needs no SiftUp. Set again when
+  // heap_ empties.
+  bool heap_in_push_order_ = true;
   lrfu::CompactGhostTable ghosts_;
   std::vector<lrfu::ShadowCache> shadows_;
   double half_life_;  // turnovers

@@ -285,4 +285,44 @@ absl::Status ScanBlockMeta(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* meta,
   return FromRocksDb(queue.status(), "scan block_meta and access");
 }
 
+void SortRestartOrder(std::vector<RestartRecord>& order) {
+  const size_t n = order.size();
+  if (n < 4096) {
+    std::sort(order.begin(), order.end());
+    return;
+  }
+  // One pass counts every digit.
+  constexpr int kDigits = 8;
+  std::vector<std::array<size_t, 256>> counts(kDigits);
+  for (const RestartRecord& r : order) {
+    for (int d = 0; d < kDigits; ++d) ++counts[d][(r.touch >> (8 * d)) & 0xff];
+  }
+  std::unique_ptr<RestartRecord[]> scratch(new RestartRecord[n]);  // default-initialized
+  RestartRecord* src = order.data();
+  RestartRecord* dst = scratch.get();
+  for (int d = 0; d < kDigits; ++d) {
+    const int shift = 8 * d;
+    if (counts[d][(src[0].touch >> shift) & 0xff] == n) continue;  // all share this digit
+    std::array<size_t, 256> next;
+    size_t sum = 0;
+    for (int b = 0; b < 256; ++b) {
+      next[b] = sum;
+      sum += counts[d][b];
+    }
+    for (size_t i = 0; i < n; ++i) dst[next[(src[i].touch >> shift) & 0xff]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != order.data()) std::copy(src, src + n, order.data());
+  scratch.reset();
+  // The radix passes are stable, so equal touch numbers are still in arrival order.
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    while (j < n && order[j].touch == order[i].touch) ++j;
+    if (j - i > 1)
+      std::sort(order.begin() + static_cast<ptrdiff_t>(i),
+                order.begin() + static_cast<ptrdiff_t>(j));
+    i = j;
+  }
+}
+
 }  // namespace turbokv::server

@@ -55,6 +55,27 @@ struct MetaScanStats {
                                          absl::FunctionRef<void(MetaScanChunk&)> consume,
                                          MetaScanStats* stats);
 
+// One block of the restart order: what the eviction policy is told about it, by its last use.
+struct RestartRecord {
+  uint64_t touch;        // the access entry's touch number (or one made from the put time)
+  uint64_t fingerprint;  // BlockStore::Fingerprint of the block
+  uint32_t slot;         // its index slot
+  uint32_t charge;       // bytes it counts against the capacity
+  // Ties (touch numbers derived from put times) by fingerprint, not slot: the slots depend on
+  // how the scanning threads' chunks interleaved.
+  bool operator<(const RestartRecord& o) const {
+    if (touch != o.touch) return touch < o.touch;
+    return fingerprint != o.fingerprint ? fingerprint < o.fingerprint : slot < o.slot;
+  }
+};
+
+// Sorts `order` by operator< (the result std::sort gives: the order is total, slots differ) in
+// O(n): a least-significant-digit radix sort of the touch numbers (8-bit digits; a digit every
+// record shares costs no pass) through a scratch array as large as `order` (24 bytes a block
+// while it runs), then each run of equal touch numbers sorted by fingerprint and slot. Under
+// 4,096 records: std::sort.
+void SortRestartOrder(std::vector<RestartRecord>& order);
+
 }  // namespace turbokv::server
 
 #endif  // TURBOKV_SERVER_STORAGE_META_SCAN_H_

@@ -136,5 +136,35 @@ TEST_F(MetaScanTest, ASmallColumnFamilyIsOneRange) {
   ScanAndCheck(4, 1);
 }
 
+// The radix sort gives std::sort's order: touch numbers spread over all 8 bytes, dense ones
+// (the digits above the lowest few shared), and many ties (put-time touch numbers), below and
+// above the 4,096-record cutoff.
+TEST(SortRestartOrderTest, EqualsStdSort) {
+  std::mt19937_64 rng(21);
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{4096}, size_t{50000}}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<RestartRecord> order(n);
+      for (size_t i = 0; i < n; ++i) {
+        RestartRecord& r = order[i];
+        r.touch = kind == 0   ? rng()
+                  : kind == 1 ? (uint64_t{1} << 40) + rng() % (4 * n + 1)
+                              : (uint64_t{1700000000} + rng() % 50) << 20;
+        r.fingerprint = rng() % 64;  // ties of touch and fingerprint too, broken by slot
+        r.slot = static_cast<uint32_t>(i);
+        r.charge = static_cast<uint32_t>(rng());
+      }
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<RestartRecord> expected = order;
+      std::sort(expected.begin(), expected.end());
+      SortRestartOrder(order);
+      ASSERT_EQ(order.size(), expected.size());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(order[i].slot, expected[i].slot) << "n " << n << " kind " << kind << " at " << i;
+        ASSERT_EQ(order[i].charge, expected[i].charge);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace turbokv::server
