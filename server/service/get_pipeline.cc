@@ -30,6 +30,10 @@ struct GetPipeline::Batch {
   // Decode tasks in flight. Taken under mu_; a task gives its unit back without the lock and
   // only the batch's last one (or a failed one) takes mu_: one lock per batch, not per task.
   std::atomic<int> decodes{0};
+  // Set by a failing decode task before it gives its unit back: from then on the batch's
+  // buffer is never written out, even by a thread that sees decodes == 0 before that task
+  // has taken mu_ and failed the call (the failed layers were never written).
+  std::atomic<bool> failed{false};
 };
 
 GetPipeline::GetPipeline(PipelineEnv env, Call call, Host* host)
@@ -253,7 +257,7 @@ void GetPipeline::Fetch(size_t begin, size_t count, BudgetShare paid) {
 
 void GetPipeline::DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, uint32_t index,
                              char* out, int layer_begin, int layer_end) {
-  absl::Status s;
+  absl::Status s = absl::CancelledError("the call ended before the block was decoded");
   if (!Abandoned()) {
     // DecodeBlocks records the codec metrics under the backend that ran.
     const std::string_view value = batch->values[block].bytes;
@@ -273,6 +277,7 @@ void GetPipeline::DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, 
 }
 
 void GetPipeline::DecodeDone(const std::shared_ptr<Batch>& batch, const absl::Status& status) {
+  if (!status.ok()) batch->failed.store(true, std::memory_order_relaxed);  // before the unit
   // acq_rel: the last task sees every other task's output (the writes that follow send it).
   const bool last = batch->decodes.fetch_sub(1, std::memory_order_acq_rel) == 1;
   if (!last && status.ok()) return;
@@ -308,7 +313,8 @@ void GetPipeline::Pump(Lock& l) {
            batches_.front()->next_message == batches_.front()->messages.size()) {
       batches_.pop_front();
     }
-    if (!batches_.empty() && batches_.front()->decodes.load(std::memory_order_acquire) == 0) {
+    if (!batches_.empty() && batches_.front()->decodes.load(std::memory_order_acquire) == 0 &&
+        !batches_.front()->failed.load(std::memory_order_relaxed)) {
       Batch& b = *batches_.front();
       Batch::Message& m = b.messages[b.next_message++];
       fields = &m.fields;  // read-only until the batch is popped, which needs !writing_

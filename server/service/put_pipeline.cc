@@ -122,6 +122,7 @@ uint64_t PutPipeline::PackedShare(uint64_t raw_received) const {
 uint64_t PutPipeline::HeldLocked() const {
   uint64_t dropped = 0;
   for (const BudgetShare& s : drop_) dropped += s.bytes();
+  dropped += releasing_;  // swapped out of drop_ by a Settle that has not given them back yet
   return call_.lease.held() - std::min(dropped, call_.lease.held());
 }
 
@@ -366,7 +367,7 @@ void PutPipeline::OnBlockReceived(const BlockPtr& b) {
 
 void PutPipeline::EncodeTask(const BlockPtr& b, std::shared_ptr<const std::string> data,
                              size_t offset, size_t bytes, size_t first_section) {
-  absl::Status s;
+  absl::Status s = absl::CancelledError("the call ended or the block failed before encoding");
   if (!Abandoned() && !b->dead.load()) {
     const auto start = std::chrono::steady_clock::now();
     s = ns_->codec.EncodeSections(Bytes(std::string_view(*data).substr(offset, bytes)),
@@ -379,7 +380,7 @@ void PutPipeline::EncodeTask(const BlockPtr& b, std::shared_ptr<const std::strin
 }
 
 void PutPipeline::WholeBlockTask(const BlockPtr& b) {
-  absl::Status s;
+  absl::Status s = absl::CancelledError("the call ended or the block failed before encoding");
   if (!Abandoned() && !b->dead.load()) {
     const auto start = std::chrono::steady_clock::now();
     if (b->encoding == v1::ENCODING_PACKED) {
@@ -403,6 +404,10 @@ void PutPipeline::WholeBlockTask(const BlockPtr& b) {
 }
 
 void PutPipeline::TaskDone(const BlockPtr& b, const absl::Status& status) {
+  // A failed task marks the block dead before it gives its unit back: the task that ends last
+  // (maybe a successful one that takes mu_ first) must not seal and commit a block whose
+  // failed sections were never written, nor may FailBlock free buffers a commit reads.
+  if (!status.ok()) b->dead.store(true);
   // acq_rel: the last task sees every other task's sections (it seals them, under mu_).
   const bool last = b->tasks.fetch_sub(1, std::memory_order_acq_rel) == 1;
   if (!last && status.ok()) return;
@@ -414,7 +419,8 @@ void PutPipeline::TaskDone(const BlockPtr& b, const absl::Status& status) {
 }
 
 void PutPipeline::MaybeReady(const BlockPtr& b) {
-  if (b->failed || !b->received_all || b->tasks.load(std::memory_order_acquire) != 0 || b->ready) {
+  if (b->failed || b->dead.load() || !b->received_all ||
+      b->tasks.load(std::memory_order_acquire) != 0 || b->ready) {
     return;
   }
   if (b->encoding == v1::ENCODING_RAW && streaming_encode_) {
@@ -577,8 +583,18 @@ void PutPipeline::Settle(Lock& l) {
   }
   ShareBin drop;
   drop.swap(drop_);
+  uint64_t releasing = 0;
+  for (const BudgetShare& s : drop) releasing += s.bytes();
+  // Until they are given back the lease still counts them: another thread's Settle must not
+  // see them as held (it would hold the stream back with nothing left to resume it).
+  releasing_ += releasing;
   l.unlock();
   drop.clear();  // gives the bytes back: their waiters' callbacks may run here
+  if (releasing != 0) {
+    l.lock();
+    releasing_ -= releasing;
+    l.unlock();
+  }
   if (start_read) host_->StartRead(&request_);
   if (finish) {
     for (const v1::BlockResult& r : results) {

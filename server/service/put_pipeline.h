@@ -166,7 +166,8 @@ class PutPipeline {
   std::vector<v1::BlockResult> results_;
   // The read window: budget taken ahead of the data; each chunk's charge is split off it.
   BudgetShare window_;
-  ShareBin drop_;  // shares to give back once mu_ is released
+  ShareBin drop_;           // shares to give back once mu_ is released
+  uint64_t releasing_ = 0;  // bytes of shares a Settle took out of drop_ and is giving back
   // The most one message may charge (1 MiB + 4 KiB, plus its packed share on the streaming
   // encoder once the namespace is known).
   uint64_t message_bytes_;
