@@ -365,9 +365,17 @@ void PutPipeline::OnBlockReceived(const BlockPtr& b) {
   Spawn(b, [this, b] { WholeBlockTask(b); });
 }
 
+absl::Status PutPipeline::SkippedTaskStatus() const {
+  // A task skipped because the call is over must not leave its block looking encoded (or, for
+  // PACKED, validated): it fails the block. One skipped because its block already failed (or
+  // another task of it is failing and will record why) reports nothing of its own.
+  if (Abandoned()) return absl::CancelledError("the call ended before the block was encoded");
+  return absl::OkStatus();
+}
+
 void PutPipeline::EncodeTask(const BlockPtr& b, std::shared_ptr<const std::string> data,
                              size_t offset, size_t bytes, size_t first_section) {
-  absl::Status s = absl::CancelledError("the call ended or the block failed before encoding");
+  absl::Status s = SkippedTaskStatus();
   if (!Abandoned() && !b->dead.load()) {
     const auto start = std::chrono::steady_clock::now();
     s = ns_->codec.EncodeSections(Bytes(std::string_view(*data).substr(offset, bytes)),
@@ -380,7 +388,7 @@ void PutPipeline::EncodeTask(const BlockPtr& b, std::shared_ptr<const std::strin
 }
 
 void PutPipeline::WholeBlockTask(const BlockPtr& b) {
-  absl::Status s = absl::CancelledError("the call ended or the block failed before encoding");
+  absl::Status s = SkippedTaskStatus();
   if (!Abandoned() && !b->dead.load()) {
     const auto start = std::chrono::steady_clock::now();
     if (b->encoding == v1::ENCODING_PACKED) {
