@@ -365,18 +365,19 @@ void PutPipeline::OnBlockReceived(const BlockPtr& b) {
   Spawn(b, [this, b] { WholeBlockTask(b); });
 }
 
-absl::Status PutPipeline::SkippedTaskStatus() const {
+absl::Status PutPipeline::SkippedTaskStatus(bool abandoned) {
   // A task skipped because the call is over must not leave its block looking encoded (or, for
   // PACKED, validated): it fails the block. One skipped because its block already failed (or
   // another task of it is failing and will record why) reports nothing of its own.
-  if (Abandoned()) return absl::CancelledError("the call ended before the block was encoded");
+  if (abandoned) return absl::CancelledError("the call ended before the block was encoded");
   return absl::OkStatus();
 }
 
 void PutPipeline::EncodeTask(const BlockPtr& b, std::shared_ptr<const std::string> data,
                              size_t offset, size_t bytes, size_t first_section) {
-  absl::Status s = SkippedTaskStatus();
-  if (!Abandoned() && !b->dead.load()) {
+  const bool abandoned = Abandoned();  // read once: the deadline may pass in between
+  absl::Status s = SkippedTaskStatus(abandoned);
+  if (!abandoned && !b->dead.load()) {
     const auto start = std::chrono::steady_clock::now();
     s = ns_->codec.EncodeSections(Bytes(std::string_view(*data).substr(offset, bytes)),
                                   first_section, {b->packed.get(), b->packed_size},
@@ -388,8 +389,9 @@ void PutPipeline::EncodeTask(const BlockPtr& b, std::shared_ptr<const std::strin
 }
 
 void PutPipeline::WholeBlockTask(const BlockPtr& b) {
-  absl::Status s = SkippedTaskStatus();
-  if (!Abandoned() && !b->dead.load()) {
+  const bool abandoned = Abandoned();  // read once: the deadline may pass in between
+  absl::Status s = SkippedTaskStatus(abandoned);
+  if (!abandoned && !b->dead.load()) {
     const auto start = std::chrono::steady_clock::now();
     if (b->encoding == v1::ENCODING_PACKED) {
       s = ValidatePackedBlock(*ns_, Bytes(b->data));

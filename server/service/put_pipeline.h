@@ -149,8 +149,8 @@ class PutPipeline {
   void WholeBlockTask(const BlockPtr& b);
   // `ends_request`: the batch holds the stream's last block (BlockStore::ChainCursor).
   void CommitTask(std::vector<BlockPtr> blocks, bool ends_request);
-  bool Abandoned() const;                  // cancelled, past the deadline, or failed as a whole
-  absl::Status SkippedTaskStatus() const;  // what a queued task that did no work reports
+  bool Abandoned() const;  // cancelled, past the deadline, or failed as a whole
+  static absl::Status SkippedTaskStatus(bool abandoned);  // what a task that did no work reports
 
   const PipelineEnv env_;
   Call call_;
