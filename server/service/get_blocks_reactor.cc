@@ -101,10 +101,6 @@ void GetBlocksReactor::ArmTimer(std::chrono::steady_clock::time_point when) {
 
 void GetBlocksReactor::Cancel() { watch_.TryCancel(); }
 
-std::shared_ptr<void> GetBlocksReactor::Pin() {
-  AddRef();
-  return std::shared_ptr<void>(static_cast<void*>(this),
-                               [](void* p) { static_cast<GetBlocksReactor*>(p)->Unref(); });
-}
+std::shared_ptr<void> GetBlocksReactor::Pin() { return PinSelf(); }
 
 }  // namespace turbokv::server

@@ -75,10 +75,6 @@ void PutBlocksReactor::ArmTimer(std::chrono::steady_clock::time_point when) {
 
 void PutBlocksReactor::Cancel() { watch_.TryCancel(); }
 
-std::shared_ptr<void> PutBlocksReactor::Pin() {
-  AddRef();
-  return std::shared_ptr<void>(static_cast<void*>(this),
-                               [](void* p) { static_cast<PutBlocksReactor*>(p)->Unref(); });
-}
+std::shared_ptr<void> PutBlocksReactor::Pin() { return PinSelf(); }
 
 }  // namespace turbokv::server

@@ -29,6 +29,7 @@
 #define TURBOKV_SERVER_SERVICE_REACTOR_REF_H_
 
 #include <atomic>
+#include <memory>
 #include <utility>
 
 #if defined(__SANITIZE_THREAD__)
@@ -82,6 +83,13 @@ class RefCountedReactor {
   virtual ~RefCountedReactor() = default;
   // OnDone: gRPC is finished with the reactor.
   void ReleaseGrpcRef() { Unref(); }
+  // A reference as a type-erased handle (the pipelines' Host::Pin): the reactor lives until the
+  // handle and its copies are gone.
+  std::shared_ptr<void> PinSelf() {
+    AddRef();
+    return std::shared_ptr<void>(static_cast<void*>(this),
+                                 [](void* p) { static_cast<RefCountedReactor*>(p)->Unref(); });
+  }
 
  private:
   std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per ReactorRef
