@@ -149,6 +149,12 @@ Metrics::Metrics(prometheus::Registry& registry, const std::string& codec_backen
   value_log_segments_ = gauge("turbokv_value_log_segments", "Value-log segment files");
   index_memory_bytes_ = gauge("turbokv_index_memory_bytes",
                               "Memory of the in-memory block index and the eviction policy");
+  read_cache_bytes_ = gauge("turbokv_read_cache_bytes",
+                            "Packed blocks held by the read cache (--read-cache-bytes)");
+  read_cache_hits_ = counter("turbokv_read_cache_hits_total",
+                             "Block reads served from the read cache (no disk read or checksum)");
+  read_cache_misses_ = counter("turbokv_read_cache_misses_total",
+                               "Block reads that went to the value log (0 without a read cache)");
   rocksdb_pending_compaction_bytes_ =
       gauge("turbokv_rocksdb_pending_compaction_bytes", "RocksDB estimated pending compaction");
   evictions_ = counter("turbokv_evictions_total", "Blocks evicted to stay under capacity");
@@ -312,6 +318,9 @@ void Metrics::UpdateStore(const StoreStats& stats, const DbStats& db) {
   Advance(quota_evicted_bytes_, stats.quota_evicted_bytes, &seen_quota_evicted_bytes_);
   Advance(expirations_, stats.expired_blocks, &seen_expirations_);
   Advance(checksum_failures_, stats.checksum_failures, &seen_checksum_failures_);
+  read_cache_bytes_->Set(static_cast<double>(db.read_cache.bytes));
+  Advance(read_cache_hits_, db.read_cache_hits, &seen_read_cache_hits_);
+  Advance(read_cache_misses_, db.read_cache_misses, &seen_read_cache_misses_);
 }
 
 }  // namespace turbokv::server

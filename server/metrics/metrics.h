@@ -133,6 +133,9 @@ class Metrics {
   prometheus::Gauge* value_log_bytes_;
   prometheus::Gauge* value_log_segments_;
   prometheus::Gauge* index_memory_bytes_;
+  prometheus::Gauge* read_cache_bytes_;
+  prometheus::Counter* read_cache_hits_;
+  prometheus::Counter* read_cache_misses_;
   prometheus::Gauge* rocksdb_pending_compaction_bytes_;
   prometheus::Counter* evictions_;
   prometheus::Counter* evicted_bytes_;
@@ -163,6 +166,8 @@ class Metrics {
   uint64_t seen_quota_evicted_bytes_ = 0;
   uint64_t seen_expirations_ = 0;
   uint64_t seen_checksum_failures_ = 0;
+  uint64_t seen_read_cache_hits_ = 0;
+  uint64_t seen_read_cache_misses_ = 0;
   uint64_t seen_write_resumes_ = 0;
   uint64_t seen_admission_rejections_ = 0;
   uint64_t seen_kv_events_published_ = 0;

@@ -631,14 +631,21 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
   // Values that did not read back as the index says: damaged, unless a writer changed the
   // block meanwhile (then it is a miss).
   std::vector<const ReadPlan*> suspect;
+  uint64_t cache_hits = 0;
   for (const ReadPlan& p : plan) {
-    absl::StatusOr<LogValue> v =
-        log_->Read(p.location, namespace_id, hashes[p.index], p.sequence, cache_only);
+    // A value verified when it was read before: no read, copy or checksum.
+    if (std::optional<LogValue> hit = log_->Cached(p.location, p.sequence); hit.has_value()) {
+      out[p.index] = PinnedValue{std::move(hit->owner), hit->bytes};
+      ++cache_hits;
+      continue;
+    }
+    if (cache_only) {
+      // Not in the read cache: needs a read (the retry counts this call's hits and misses).
+      *would_block = true;
+      return std::vector<std::optional<PinnedValue>>(hashes.size());
+    }
+    absl::StatusOr<LogValue> v = log_->Read(p.location, namespace_id, hashes[p.index], p.sequence);
     if (!v.ok()) {
-      if (cache_only && absl::IsUnavailable(v.status())) {
-        *would_block = true;  // not in memory: needs I/O
-        return std::vector<std::optional<PinnedValue>>(hashes.size());
-      }
       if (!absl::IsNotFound(v.status()) && !absl::IsDataLoss(v.status())) return v.status();
       suspect.push_back(&p);
       continue;
@@ -649,7 +656,12 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
       suspect.push_back(&p);
       continue;
     }
+    log_->Remember(p.location, p.sequence, *v);
     out[p.index] = PinnedValue{std::move(v->owner), v->bytes};
+  }
+  if (has_read_cache_) {
+    read_cache_hits_.fetch_add(cache_hits, std::memory_order_relaxed);
+    read_cache_misses_.fetch_add(plan.size() - cache_hits, std::memory_order_relaxed);
   }
   std::vector<std::string> corrupt;
   {
@@ -657,10 +669,6 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
     for (const ReadPlan* p : suspect) {
       if (index_.at(p->slot).sequence() != p->sequence || Busy(p->slot)) continue;  // changed
       corrupt.push_back(BlockKey(namespace_id, hashes[p->index]));
-    }
-    if (cache_only && !corrupt.empty()) {  // deleting the damaged blocks writes
-      *would_block = true;
-      return std::vector<std::optional<PinnedValue>>(hashes.size());
     }
     // In request order, each block the child of the request's previous one.
     ChainCursor whole_call;

@@ -157,6 +157,9 @@ struct DbStats {
   uint64_t index_memory_bytes = 0;        // the in-memory index and eviction policy, together
   uint64_t block_index_memory_bytes = 0;  // ... of which the index (entries and key set)
   uint64_t policy_memory_bytes = 0;       // ... of which the eviction policy
+  ValueCacheStats read_cache;             // the cache of recently read values
+  uint64_t read_cache_hits = 0;           // blocks read served from the read cache since the open
+  uint64_t read_cache_misses = 0;         // ... read from the value log (0 without a read cache)
 };
 
 // How long the last Open took, step by step (Open logs them at info). Each step: wall
@@ -264,9 +267,9 @@ class BlockStore {
   // expired or failed verification (then deleted and counted). Releases the blocks' leases
   // and refreshes their recency and TTL. NotFound: unknown namespace.
   //
-  // With would_block set, the read never waits for the disk (only values in the page cache):
-  // when a block is not all in memory, or is expired or fails verification (those need
-  // writes), it returns with *would_block = true and has changed nothing: read again without.
+  // With would_block set, memory only: values the read cache holds (verified when first read;
+  // no read, copy or checksum). When a block is not there, or is expired (deleting it writes),
+  // it returns with *would_block = true and has changed nothing: read again without.
   [[nodiscard]] absl::StatusOr<std::vector<std::optional<std::string>>> GetBlocks(
       uint64_t namespace_id, absl::Span<const std::string_view> hashes,
       bool* would_block = nullptr);
@@ -395,6 +398,11 @@ class BlockStore {
   RepairReport repair_;       // set by OpenDb
   OpenTimings open_timings_;  // set by Open
   std::unique_ptr<ValueLog> log_;
+  // The value log's read cache: whether there is one (set at the open), and the blocks that
+  // GetPinnedBlocks served from it or read from the log (DbStats::read_cache_hits / _misses).
+  bool has_read_cache_ = false;
+  std::atomic<uint64_t> read_cache_hits_{0};
+  std::atomic<uint64_t> read_cache_misses_{0};
   std::unique_ptr<NamespaceTable> namespaces_;
   DiskGuard disk_;
   // Write sequences of value-log records: AllocateSequences(n) returns the first of n new

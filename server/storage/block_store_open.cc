@@ -155,7 +155,9 @@ absl::Status BlockStore::OpenDb() {
   log_options.dir = (fs::path(options_.data_dir) / format::kValuesDir).string();
   log_options.segment_bytes = options_.segment_bytes;
   log_options.sync = options_.durability == Durability::kFsync;
+  log_options.cache_bytes = std::min(options_.read_cache_bytes, options_.capacity_bytes);
   TURBOKV_ASSIGN_OR_RETURN(log_, ValueLog::Open(log_options));
+  has_read_cache_ = log_options.cache_bytes > 0;
   namespaces_ =
       std::make_unique<NamespaceTable>(db_, cf_namespaces_, cf_namespaces_copy_, log_.get(),
                                        [this] { return AllocateSequences(1); });

@@ -216,6 +216,9 @@ DbStats BlockStore::GetDbStats() const {
   }
   d.value_log_bytes = log_->AllocatedBytes();
   d.value_log_segments = log_->SegmentCount();
+  d.read_cache = log_->CacheStats();
+  d.read_cache_hits = read_cache_hits_.load(std::memory_order_relaxed);
+  d.read_cache_misses = read_cache_misses_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> l(mu_);
   d.block_index_memory_bytes = index_.MemoryBytes();
   d.policy_memory_bytes = policy_->MemoryBytes();

@@ -63,6 +63,10 @@ const OptionTable<StorageOptions>& StorageOptionTable() {
     t->Bytes("--segment-bytes", "storage.segment_bytes", &O::segment_bytes, uint64_t{1} << 20,
              uint64_t{4} << 30,
              "Size at which a value-log segment file is closed and the next one started");
+    t->Bytes("--read-cache-bytes", "storage.read_cache_bytes", &O::read_cache_bytes, 0,
+             std::numeric_limits<uint64_t>::max(),
+             "Memory for recently read packed blocks, served again without a disk read, copy "
+             "or checksum (an LRU cache; verified when first read); 0 disables it");
     t->Enum("--durability", "storage.durability", &O::durability, DurabilityNames(),
             "none: WAL off; wal: WAL, no fsync (survives a process crash); fsync: WAL fsync'ed "
             "before every ack");

@@ -52,6 +52,10 @@ struct StorageOptions {
   // Size at which a value-log segment file is closed and the next one started (value_log.h).
   // Default: 256 MiB.
   uint64_t segment_bytes = uint64_t{256} << 20;
+  // Memory for the cache of recently read packed blocks (ValueLogOptions::cache_bytes): a hit
+  // is served without a disk read, a copy or a checksum (it was verified when read). 0: none.
+  // Default: 64 MiB.
+  uint64_t read_cache_bytes = uint64_t{64} << 20;
   // Period of the maintenance pass (TTL expiry, persisting batched access times), in
   // milliseconds. 0 disables the background thread (tests call RunMaintenance()).
   // Default: 1000.

@@ -49,6 +49,26 @@ uint64_t GetU64(const char* p) {
   return v;
 }
 
+// The cache's key of a record: its segment and page, 8 bytes.
+struct CacheKey {
+  char bytes[8];
+  explicit CacheKey(const RecordLocation& where) {
+    PutU32(bytes, where.segment);
+    PutU32(bytes + 4, where.page);
+  }
+  rocksdb::Slice slice() const { return {bytes, sizeof(bytes)}; }
+};
+
+// A cached value: the memory Read returned, shared with the messages sending it.
+struct CachedValue {
+  LogValue value;
+  uint64_t sequence;
+};
+
+void DeleteCachedValue(const rocksdb::Slice& /*key*/, void* value) {
+  delete static_cast<CachedValue*>(value);
+}
+
 // XXH3-64 of the header's first kCheckedHeaderBytes and the hash.
 uint64_t HeaderChecksum(const char* header, std::string_view hash) {
   char buf[kCheckedHeaderBytes + kMaxHashBytes];
@@ -153,7 +173,19 @@ struct ValueLog::Segment {
   }
 };
 
-ValueLog::ValueLog(ValueLogOptions options) : options_(std::move(options)) {}
+std::shared_ptr<rocksdb::Cache> NewValueCache(uint64_t bytes) {
+  if (bytes == 0) return nullptr;
+  rocksdb::LRUCacheOptions lru;
+  lru.capacity = bytes;
+  // Values of ~0.04-8 MiB: few shards, so one shard (capacity / 2^bits) still holds many (a
+  // value larger than its shard is never cached).
+  lru.num_shard_bits = 2;
+  lru.high_pri_pool_ratio = 0;
+  return rocksdb::NewLRUCache(lru);
+}
+
+ValueLog::ValueLog(ValueLogOptions options)
+    : options_(std::move(options)), cache_(NewValueCache(options_.cache_bytes)) {}
 ValueLog::~ValueLog() = default;
 
 std::string ValueLog::PathOf(uint32_t number) const {
@@ -362,8 +394,7 @@ absl::StatusOr<std::vector<RecordLocation>> ValueLog::Append(
 }
 
 absl::StatusOr<LogValue> ValueLog::Read(const RecordLocation& where, uint64_t namespace_id,
-                                        std::string_view hash, uint64_t sequence,
-                                        bool nowait) const {
+                                        std::string_view hash, uint64_t sequence) const {
   std::shared_ptr<Segment> s = Find(where.segment);
   if (s == nullptr) return absl::NotFoundError("value-log segment is gone");
   const size_t bytes = kRecordHeaderBytes + where.hash_bytes + where.value_bytes;
@@ -372,16 +403,10 @@ absl::StatusOr<LogValue> ValueLog::Read(const RecordLocation& where, uint64_t na
   const off_t offset = static_cast<off_t>(uint64_t{where.page} * kPageBytes);
   ssize_t n;
   do {
-    n = ::preadv2(s->fd, &iov, 1, offset, nowait ? RWF_NOWAIT : 0);
+    n = ::preadv2(s->fd, &iov, 1, offset, 0);
   } while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    if (nowait && (errno == EAGAIN || errno == EOPNOTSUPP)) {
-      return absl::UnavailableError("value not in the page cache");
-    }
-    return IoError("cannot read value-log segment", s->path, errno);
-  }
+  if (n < 0) return IoError("cannot read value-log segment", s->path, errno);
   if (static_cast<size_t>(n) < bytes) {
-    if (nowait) return absl::UnavailableError("value not all in the page cache");
     // A record past the end of its file: the segment was cut short.
     if (n < static_cast<ssize_t>(kRecordHeaderBytes)) {
       return absl::DataLossError(absl::StrCat("value-log segment ", s->path, " is cut short"));
@@ -412,7 +437,38 @@ absl::StatusOr<LogValue> ValueLog::Read(const RecordLocation& where, uint64_t na
   return LogValue{std::shared_ptr<const void>(buf, data), value};
 }
 
+std::optional<LogValue> ValueLog::Cached(const RecordLocation& where, uint64_t sequence) const {
+  if (cache_ == nullptr) return std::nullopt;
+  const CacheKey key(where);
+  rocksdb::Cache::Handle* h = cache_->Lookup(key.slice());
+  std::optional<LogValue> out;
+  if (h != nullptr) {
+    const auto* c = static_cast<const CachedValue*>(cache_->Value(h));
+    // Another sequence: a record that a reader Remember'ed after an Erase raced with it.
+    if (c->sequence == sequence && c->value.bytes.size() == where.value_bytes) out = c->value;
+    cache_->Release(h);
+  }
+  return out;
+}
+
+void ValueLog::Remember(const RecordLocation& where, uint64_t sequence, const LogValue& value) {
+  if (cache_ == nullptr) return;
+  const CacheKey key(where);
+  auto* c = new CachedValue{value, sequence};
+  // Insert takes the entry even when it fails (it deletes it then).
+  cache_->Insert(key.slice(), c, value.bytes.size(), &DeleteCachedValue).PermitUncheckedError();
+}
+
+ValueCacheStats ValueLog::CacheStats() const {
+  ValueCacheStats out;
+  if (cache_ == nullptr) return out;
+  out.capacity_bytes = cache_->GetCapacity();
+  out.bytes = cache_->GetUsage();
+  return out;
+}
+
 void ValueLog::Erase(const RecordLocation& where) {
+  if (cache_ != nullptr) cache_->Erase(CacheKey(where).slice());
   std::shared_ptr<Segment> s;
   bool drop = false;
   {

@@ -41,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "rocksdb/cache.h"
 
 namespace turbokv::server {
 
@@ -115,6 +117,18 @@ struct ValueLogOptions {
   uint64_t segment_bytes = uint64_t{256} << 20;
   // fdatasync every append (and the directory after creating a segment) before returning.
   bool sync = false;
+  // Bytes of the cache of verified values (Cached / Remember): an LRU cache (RocksDB's
+  // LRUCache, 4 shards: a value over a quarter of it is not cached) of records read and
+  // verified before, served without a read, a copy or a checksum; its bytes count each
+  // entry's bookkeeping too (about 90 bytes). 0: no cache. Default: 0 (BlockStore passes
+  // --read-cache-bytes, at most the capacity).
+  uint64_t cache_bytes = 0;
+};
+
+// The cache of verified values now.
+struct ValueCacheStats {
+  uint64_t capacity_bytes = 0;  // 0: no cache
+  uint64_t bytes = 0;  // held now (values an evicted entry's readers still hold not counted)
 };
 
 class ValueLog {
@@ -137,17 +151,27 @@ class ValueLog {
   // Reads the value of the record at `where`, checking that the record header is intact, names
   // (namespace_id, hash, sequence) and that the value ends in the header's checksum. NotFound: the
   // record is not there any more (its pages were deallocated, or the segment is gone: an erase
-  // raced with this read). DataLoss: the header is damaged or names another record. With nowait,
-  // the read never waits for the disk (preadv2 RWF_NOWAIT): Unavailable when the record is not all
-  // in the page cache.
+  // raced with this read). DataLoss: the header is damaged or names another record.
   [[nodiscard]] absl::StatusOr<LogValue> Read(const RecordLocation& where, uint64_t namespace_id,
-                                              std::string_view hash, uint64_t sequence,
-                                              bool nowait = false) const;
+                                              std::string_view hash, uint64_t sequence) const;
+
+  // The value of the record at `where` written with `sequence`, when the cache holds it:
+  // Remember'ed after a Read that the caller verified, and not erased since. A record
+  // location is reused only with a new sequence, so a hit is never another or an older
+  // value. nullopt: not cached (or no cache). Counts nothing (the caller knows what a lookup
+  // that it may retry means). Thread-safe.
+  [[nodiscard]] std::optional<LogValue> Cached(const RecordLocation& where,
+                                               uint64_t sequence) const;
+  // Keeps `value` (what Read returned for `where` and `sequence`, verified by the caller:
+  // Cached skips every check) in the cache, sharing its memory (no copy), until the LRU
+  // cache evicts it or Erase(where) drops it. No-op without a cache. Thread-safe.
+  void Remember(const RecordLocation& where, uint64_t sequence, const LogValue& value);
+  ValueCacheStats CacheStats() const;
 
   // Frees the record's pages (the record must be live, i.e. appended or marked live since the
   // open, and not erased before); unlinks its segment when that was its last live record and
-  // appends have moved on. Best effort: an I/O error is logged and the pages stay allocated
-  // (ReclaimGarbage frees them at the next open).
+  // appends have moved on; drops its cached value. Best effort: an I/O error is logged and the
+  // pages stay allocated (ReclaimGarbage frees them at the next open).
   void Erase(const RecordLocation& where);
 
   // Recovery, before any Append: tells the log which records the index still references.
@@ -185,6 +209,7 @@ class ValueLog {
   void DropIfDead(uint32_t number);
 
   const ValueLogOptions options_;
+  std::shared_ptr<rocksdb::Cache> cache_;  // null: no cache
   mutable std::mutex mu_;
   std::map<uint32_t, std::shared_ptr<Segment>> segments_;  // by number
   std::shared_ptr<Segment> active_;                        // appends go here; null before any

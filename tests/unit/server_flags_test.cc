@@ -53,6 +53,7 @@ const std::map<std::string, Pinned>& PinnedFlags() {
       {"--low-watermark", {"0.99", "0.01..1", U::kFraction}},
       {"--eviction-policy", {"lrfu", "one of lrfu, lru", U::kNone}},
       {"--segment-bytes", {"256MiB", "1MiB..4GiB", U::kBytes}},
+      {"--read-cache-bytes", {"64MiB", ">= 0", U::kBytes}},
       {"--durability", {"wal", "one of none, wal, fsync", U::kNone}},
       {"--codec-backend", {"auto", "one of auto, cpu, cuda", U::kNone}},
       {"--codec-threads", {"0", "0..1024", U::kNone}},

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -25,10 +26,12 @@ namespace fs = std::filesystem;
 
 class ValueLogTest : public ::testing::Test {
  protected:
-  std::unique_ptr<ValueLog> OpenLog(uint64_t segment_bytes = uint64_t{256} << 20) {
+  std::unique_ptr<ValueLog> OpenLog(uint64_t segment_bytes = uint64_t{256} << 20,
+                                    uint64_t cache_bytes = 0) {
     ValueLogOptions o;
     o.dir = dir_.path() + "/values";
     o.segment_bytes = segment_bytes;
+    o.cache_bytes = cache_bytes;
     auto log = ValueLog::Open(o);
     EXPECT_TRUE(log.ok()) << log.status();
     return log.ok() ? std::move(*log) : nullptr;
@@ -124,6 +127,55 @@ TEST_F(ValueLogTest, EraseDeallocatesTheRecordsPagesAtOnce) {
   EXPECT_EQ(log->LiveBytes(), 10 * 40960u + kPageBytes);
   EXPECT_EQ(log->Read(at[0], 1, HashOf(0), 1).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(log->Read(at[1], 1, HashOf(1), 2).ok());
+}
+
+TEST_F(ValueLogTest, TheCacheServesARememberedValueOnlyForItsSequenceAndUntilErased) {
+  auto log = OpenLog(uint64_t{256} << 20, /*cache_bytes=*/uint64_t{1} << 20);
+  const std::string a = MakeValue(40012, rng_), b = MakeValue(40012, rng_);
+  const RecordLocation la = Append(*log, 7, HashOf(1), a, 100);
+  const RecordLocation lb = Append(*log, 7, HashOf(2), b, 101);
+  EXPECT_FALSE(log->Cached(la, 100).has_value());  // read, not yet remembered
+  auto ra = log->Read(la, 7, HashOf(1), 100);
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  log->Remember(la, 100, *ra);
+  std::optional<LogValue> hit = log->Cached(la, 100);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->bytes, a);
+  EXPECT_EQ(hit->bytes.data(), ra->bytes.data());  // the same memory: no copy
+  // Another sequence at that place (a later record there) or another place: a miss.
+  EXPECT_FALSE(log->Cached(la, 101).has_value());
+  EXPECT_FALSE(log->Cached(lb, 101).has_value());
+  ValueCacheStats stats = log->CacheStats();
+  EXPECT_EQ(stats.capacity_bytes, uint64_t{1} << 20);
+  EXPECT_GE(stats.bytes, a.size());  // and the entry's bookkeeping
+  EXPECT_LE(stats.bytes, a.size() + 256);
+  // An erased record is never served from the cache, and its memory goes with the last reader.
+  log->Erase(la);
+  EXPECT_FALSE(log->Cached(la, 100).has_value());
+  EXPECT_EQ(log->CacheStats().bytes, 0u);
+  EXPECT_EQ(hit->bytes, a);
+  // The cache holds at most its capacity: 40 values of 40,012 bytes into 1 MiB (4 shards).
+  for (int i = 0; i < 40; ++i) {
+    const std::string v = MakeValue(40012, rng_);
+    const RecordLocation l = Append(*log, 7, HashOf(100 + i), v, 200 + i);
+    auto r = log->Read(l, 7, HashOf(100 + i), 200 + i);
+    ASSERT_TRUE(r.ok()) << r.status();
+    log->Remember(l, 200 + i, *r);
+  }
+  EXPECT_LE(log->CacheStats().bytes, uint64_t{1} << 20);
+  EXPECT_GE(log->CacheStats().bytes, uint64_t{12} * 40012);
+}
+
+TEST_F(ValueLogTest, WithoutACacheNothingIsRemembered) {
+  auto log = OpenLog();
+  const std::string a = MakeValue(4000, rng_);
+  const RecordLocation la = Append(*log, 7, HashOf(1), a, 100);
+  auto ra = log->Read(la, 7, HashOf(1), 100);
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  log->Remember(la, 100, *ra);
+  EXPECT_FALSE(log->Cached(la, 100).has_value());
+  EXPECT_EQ(log->CacheStats().bytes, 0u);
+  EXPECT_EQ(log->CacheStats().capacity_bytes, 0u);
 }
 
 TEST_F(ValueLogTest, SegmentsRollAndASegmentWithNoLiveRecordIsRemoved) {
