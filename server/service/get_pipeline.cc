@@ -55,6 +55,7 @@ void GetPipeline::Start(absl::StatusOr<v1::GetBlocksRequest> request) {
   }
   Lock l(mu_);
   if (call_.default_deadline.has_value()) host_->ArmTimer(*call_.default_deadline);
+  starting_ = true;
   Pump(l);
 }
 
@@ -137,6 +138,37 @@ void GetPipeline::Fail(const absl::Status& status) {
 }
 
 void GetPipeline::Fetch(size_t begin, size_t count, BudgetShare paid) {
+  std::optional<Values> values;
+  if (!Abandoned()) {
+    std::vector<std::string_view> hashes;
+    hashes.reserve(count);
+    for (size_t i = begin; i < begin + count; ++i) hashes.push_back(request_.block_hashes(i));
+    // One store call; it verifies each block's checksum (XXH3), here on the I/O pool.
+    values = env_.fetch(ns_->id, hashes, &chain_, /*would_block=*/nullptr);
+  }
+  Deliver(begin, count, std::move(paid), std::move(values), /*inline_read=*/false);
+}
+
+bool GetPipeline::FetchCached(size_t count, BudgetShare& paid) {
+  std::vector<std::string_view> hashes;
+  hashes.reserve(count);
+  for (size_t i = 0; i < count; ++i) hashes.push_back(request_.block_hashes(i));
+  bool would_block = false;
+  Values values = absl::UnknownError("not read");
+  // Never throws into gRPC's thread, and an error goes the I/O pool's way too (that read
+  // reports it, or throws into the pool's barrier).
+  try {
+    values = env_.fetch(ns_->id, hashes, &chain_, &would_block);
+  } catch (...) {
+    return false;
+  }
+  if (!values.ok() || would_block) return false;
+  Deliver(0, count, std::move(paid), std::move(values), /*inline_read=*/true);
+  return true;
+}
+
+void GetPipeline::Deliver(size_t begin, size_t count, BudgetShare paid,
+                          std::optional<Values> values, bool inline_read) {
   auto batch = std::make_shared<Batch>();
   struct Job {
     size_t block;
@@ -147,18 +179,12 @@ void GetPipeline::Fetch(size_t begin, size_t count, BudgetShare paid) {
   std::vector<Job> jobs;
   absl::Status error;
   uint64_t found = 0;
-  if (!Abandoned()) {
-    std::vector<std::string_view> hashes;
-    hashes.reserve(count);
-    for (size_t i = begin; i < begin + count; ++i) hashes.push_back(request_.block_hashes(i));
-    // One MultiGet; the store verifies each block's checksum (XXH3), here on the I/O pool.
-    absl::StatusOr<std::vector<std::optional<PinnedValue>>> values =
-        env_.fetch(ns_->id, hashes, &chain_);
-    if (!values.ok()) error = values.status();
-    env_.metrics->RecordGetBlocksRead(/*inline_read=*/false);
+  if (values.has_value()) {
+    if (!values->ok()) error = values->status();
+    env_.metrics->RecordGetBlocksRead(inline_read);
     for (size_t j = 0; error.ok() && j < count; ++j) {
       const auto index = static_cast<uint32_t>(begin + j);
-      std::optional<PinnedValue>& value = (*values)[j];
+      std::optional<PinnedValue>& value = (**values)[j];
       // One message: `size` bytes of `owner` at `at`, at byte `offset` of the block, paid for
       // from the batch's reservation (or taken: a block larger than reserved for it).
       auto chunk = [&](uint64_t block_bytes, uint64_t offset,
@@ -186,7 +212,7 @@ void GetPipeline::Fetch(size_t begin, size_t count, BudgetShare paid) {
       }
       ++found;
       if (encoding_ == v1::ENCODING_PACKED) {
-        const std::string_view stored = value->bytes;  // pinned in RocksDB: no copy
+        const std::string_view stored = value->bytes;  // as the store holds it: no copy
         for (size_t off = 0; off < stored.size() || off == 0; off += kMaxResponseChunkBytes) {
           chunk(stored.size(), off, value->owner, stored.data() + off,
                 std::min(kMaxResponseChunkBytes, stored.size() - off));
@@ -363,6 +389,10 @@ void GetPipeline::Pump(Lock& l) {
       ++tasks_;
     }
   }
+  // Start's fetch of a PACKED call that fits one batch: first from the read cache, here.
+  const bool try_cached = start_fetch && starting_ && encoding_ == v1::ENCODING_PACKED &&
+                          fetch_begin == 0 && fetch_count == total;
+  starting_ = false;
   const bool done = !writing_ && tasks_ == 0 && !waiting_budget_ &&
                     (stop || (batches_.empty() && next_ >= total));
   bool finish = false;
@@ -384,6 +414,7 @@ void GetPipeline::Pump(Lock& l) {
   l.unlock();
   drop.clear();
   if (start_write) host_->StartWrite(*fields, data, last);
+  if (try_cached && FetchCached(fetch_count, paid)) start_fetch = false;
   if (start_fetch) {
     // Ownership of `paid` moves into the task (std::function needs a copyable callable).
     auto share = std::make_shared<BudgetShare>(std::move(paid));

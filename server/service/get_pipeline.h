@@ -1,14 +1,17 @@
 // The GetBlocks pipeline of one call, without gRPC: fetch -> decode -> write.
 //
 //   fetch   on the I/O pool: a batch of at most 32 blocks / 32 MiB of output is read with one
-//           MultiGet (BlockStore::GetPinnedBlocks, which also verifies each block's checksum);
-//           the next batch is fetched once fewer than 8 MiB wait to be written. Never on
-//           gRPC's threads;
+//           call of the store (BlockStore::GetPinnedBlocks, which also verifies each block's
+//           checksum); the next batch is fetched once fewer than 8 MiB wait to be written.
+//           One exception, memory only: a PACKED call that fits one batch first asks the
+//           store for what its read cache holds, on the thread that starts the call (gRPC's),
+//           and takes the I/O pool's way only when a block would need a disk read (or a
+//           write: an expired or damaged block). No read or checksum runs on gRPC's threads;
 //   decode  RAW replies, on the codec pool: a block decodes into one uninitialized buffer,
 //           every message carries whole layers of it (or a part of one layer over 1 MiB), and
 //           each message's layers are decoded by their own task, so the layers of a large
-//           block decode in parallel. PACKED replies point into the stored value as RocksDB
-//           holds it (pinned): no copy;
+//           block decode in parallel. PACKED replies point into the value as the store read
+//           it (or as its read cache holds it): no copy;
 //   write   one message per chunk (<= 1 MiB) or per missing block, in request order, through
 //           Host::StartWrite; the call's last message goes with its status (one operation).
 //
@@ -93,8 +96,15 @@ class GetPipeline {
   using Lock = std::unique_lock<std::mutex>;
 
   [[nodiscard]] absl::Status Prepare();
+  using Values = absl::StatusOr<std::vector<std::optional<PinnedValue>>>;
   // Reads blocks [begin, begin + count) and queues their messages; on the I/O pool.
   void Fetch(size_t begin, size_t count, BudgetShare paid);
+  // Fetch of the whole call from the store's read cache, on the caller's thread: false (and
+  // nothing changed, `paid` kept) when a block is not in memory.
+  bool FetchCached(size_t count, BudgetShare& paid);
+  // Queues the messages of `values` (nullopt: the call was abandoned before the read).
+  void Deliver(size_t begin, size_t count, BudgetShare paid, std::optional<Values> values,
+               bool inline_read);
   // Decodes layers [layer_begin, layer_end) of batch->values[block] (request index `index`)
   // into `out`, which has room for exactly those layers. On the codec pool.
   void DecodeTask(const std::shared_ptr<Batch>& batch, size_t block, uint32_t index, char* out,
@@ -129,6 +139,7 @@ class GetPipeline {
   size_t next_ = 0;              // first request index not fetched yet
   int tasks_ = 0;                // the fetch in flight, plus batches being decoded
   bool fetching_ = false;
+  bool starting_ = false;  // Start's own Pump: a fetch may try the read cache inline
   // The request's place in its chain across the store calls (one at a time) it takes.
   BlockStore::ChainCursor chain_;
   bool writing_ = false;

@@ -24,8 +24,8 @@ PipelineEnv PipelineEnv::FromContext(ServiceContext* ctx) {
     return store->PutBlocks(namespace_id, blocks, chain);
   };
   env.fetch = [store](uint64_t namespace_id, absl::Span<const std::string_view> hashes,
-                      BlockStore::ChainCursor* chain) {
-    return store->GetPinnedBlocks(namespace_id, hashes, nullptr, chain);
+                      BlockStore::ChainCursor* chain, bool* would_block) {
+    return store->GetPinnedBlocks(namespace_id, hashes, would_block, chain);
   };
   env.metrics = ctx->metrics;
   env.backend = &ctx->backend;

@@ -24,10 +24,11 @@ using SubmitFn = std::function<absl::Status(CodecPool::Task task, CodecPool::OnE
 using CommitFn = std::function<std::vector<absl::Status>(
     uint64_t namespace_id, absl::Span<const BlockStore::BlockWrite> blocks,
     BlockStore::ChainCursor* chain)>;
-// BlockStore::GetPinnedBlocks (one MultiGet; verifies each block's checksum).
+// BlockStore::GetPinnedBlocks (verifies each block's checksum). With `would_block` set, memory
+// only (the read cache): *would_block = true, and nothing changed, when that is not enough.
 using FetchFn = std::function<absl::StatusOr<std::vector<std::optional<PinnedValue>>>(
     uint64_t namespace_id, absl::Span<const std::string_view> hashes,
-    BlockStore::ChainCursor* chain)>;
+    BlockStore::ChainCursor* chain, bool* would_block)>;
 
 struct PipelineEnv {
   SubmitFn codec;  // encode, decode, validate

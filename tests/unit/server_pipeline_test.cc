@@ -10,6 +10,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,13 +59,17 @@ class ManualPool {
 };
 
 // Stores values; fails the puts of the hashes in `fail_put` and every fetch while fetch_error.
+// A memory-only fetch (would_block set) serves only when every stored block asked for is in
+// `cached` (the read cache).
 struct FakeStore {
   std::map<std::string, std::string> values;
+  std::set<std::string> cached;
   std::map<std::string, absl::Status> fail_put;
   absl::Status fetch_error;
   std::vector<size_t> commit_sizes;  // blocks per commit, in commit order
   std::vector<std::string> commit_order;
-  int fetches = 0;
+  int fetches = 0;         // fetches that may read
+  int cached_fetches = 0;  // memory-only ones
 
   CommitFn commit() {
     return [this](uint64_t, absl::Span<const BlockStore::BlockWrite> blocks,
@@ -81,10 +86,19 @@ struct FakeStore {
     };
   }
   FetchFn fetch() {
-    return [this](uint64_t, absl::Span<const std::string_view> hashes, BlockStore::ChainCursor*)
-               -> absl::StatusOr<std::vector<std::optional<PinnedValue>>> {
-      ++fetches;
+    return [this](uint64_t, absl::Span<const std::string_view> hashes, BlockStore::ChainCursor*,
+                  bool* would_block) -> absl::StatusOr<std::vector<std::optional<PinnedValue>>> {
+      ++(would_block != nullptr ? cached_fetches : fetches);
       if (!fetch_error.ok()) return fetch_error;
+      if (would_block != nullptr) {
+        *would_block = false;
+        for (std::string_view h : hashes) {
+          if (values.count(std::string(h)) != 0 && cached.count(std::string(h)) == 0) {
+            *would_block = true;
+            return std::vector<std::optional<PinnedValue>>(hashes.size());
+          }
+        }
+      }
       std::vector<std::optional<PinnedValue>> out;
       for (std::string_view h : hashes) {
         auto it = values.find(std::string(h));
@@ -432,7 +446,8 @@ TEST_F(GetPipelineTest, ReadsOnTheIoPoolDecodesOnTheCodecPoolAndWritesInOrder) {
   store_.values[b] = PackedBlock(2);
   GetPipeline p(Env(), Call(), &host_);
   p.Start(Request({a, missing, b}, v1::ENCODING_RAW));
-  EXPECT_EQ(store_.fetches, 0);  // no MultiGet (nor checksum) on the calling thread
+  EXPECT_EQ(store_.fetches, 0);         // no read (nor checksum) on the calling thread
+  EXPECT_EQ(store_.cached_fetches, 0);  // RAW: never tried from the read cache
   EXPECT_GT(budget_.in_use(), 0u);
   ASSERT_EQ(io_.queued(), 1u);
   io_.RunAll();
@@ -463,6 +478,50 @@ TEST_F(GetPipelineTest, ReadsOnTheIoPoolDecodesOnTheCodecPoolAndWritesInOrder) {
   EXPECT_EQ(a_raw, want);
   EXPECT_EQ(b_raw.size(), ns_->codec.raw_bytes());
   EXPECT_GT(budget_.in_use(), 0u);  // the last message's bytes, until gRPC is done with it
+  p.OnDone();
+  EXPECT_EQ(budget_.in_use(), 0u);
+}
+
+TEST_F(GetPipelineTest, APackedCallOfCachedBlocksIsServedOnTheCallingThread) {
+  const std::string a(16, 'a'), b(16, 'b'), missing(16, 'm');
+  store_.values[a] = PackedBlock(1);
+  store_.values[b] = PackedBlock(2);
+  store_.cached = {a, b};
+  GetPipeline p(Env(), Call(), &host_);
+  p.Start(Request({a, missing, b}));
+  // Served from memory within Start: no I/O task, the first message already written.
+  EXPECT_EQ(store_.cached_fetches, 1);
+  EXPECT_EQ(store_.fetches, 0);
+  EXPECT_EQ(io_.queued(), 0u);
+  ASSERT_EQ(host_.writes.size(), 1u);
+  for (int i = 0; i < 100 && !host_.done; ++i) p.OnWriteDone(true);
+  ASSERT_TRUE(host_.done);
+  ASSERT_EQ(host_.writes.size(), 3u);
+  EXPECT_EQ(host_.bodies[0], store_.values[a]);
+  EXPECT_FALSE(host_.writes[1].found());
+  EXPECT_EQ(host_.bodies[2], store_.values[b]);
+  EXPECT_TRUE(host_.last);
+  p.OnDone();
+  EXPECT_EQ(budget_.in_use(), 0u);
+}
+
+TEST_F(GetPipelineTest, ABlockNotInTheReadCacheSendsTheWholeCallToTheIoPool) {
+  const std::string a(16, 'a'), b(16, 'b');
+  store_.values[a] = PackedBlock(1);
+  store_.values[b] = PackedBlock(2);
+  store_.cached = {a};
+  GetPipeline p(Env(), Call(), &host_);
+  p.Start(Request({a, b}));
+  EXPECT_EQ(store_.cached_fetches, 1);
+  EXPECT_TRUE(host_.writes.empty());
+  ASSERT_EQ(io_.queued(), 1u);
+  io_.RunAll();
+  EXPECT_EQ(store_.fetches, 1);
+  for (int i = 0; i < 100 && !host_.done; ++i) p.OnWriteDone(true);
+  ASSERT_TRUE(host_.done);
+  ASSERT_EQ(host_.writes.size(), 2u);
+  EXPECT_EQ(host_.bodies[0], store_.values[a]);
+  EXPECT_EQ(host_.bodies[1], store_.values[b]);
   p.OnDone();
   EXPECT_EQ(budget_.in_use(), 0u);
 }
@@ -502,6 +561,7 @@ TEST_F(GetPipelineTest, CancelMidStreamDropsWhatWasNotSent) {
 TEST_F(GetPipelineTest, TheDefaultDeadlineCancelsTheCallAndAnUnknownNamespaceIsRefused) {
   GetPipeline::Call call = Call();
   call.default_deadline = steady_clock::now();
+  store_.values[std::string(16, 'a')] = PackedBlock(1);  // stored, not in the read cache
   GetPipeline p(Env(), std::move(call), &host_);
   p.Start(Request({std::string(16, 'a')}));
   ASSERT_TRUE(host_.timer.has_value());
