@@ -3,7 +3,7 @@
 #
 #   bash bench/service_vs_redis.sh [--runs 3] [--seconds 3] [--profile] [--out DIR]
 #       [--sizes 2m,368k,8m] [--concurrency 1,4,8] [--skip-prefix] [--skip-lookup]
-#       [--connections N]
+#       [--connections N] [--server-arg=ARG ...]
 #
 # Starts turbokv-server (k4v4-g32, --durability wal) and redis-server twice (no persistence;
 # AOF appendfsync everysec), then for 2 MiB (Llama-3-8B block: L32 H8 D128, 16 tokens),
@@ -16,7 +16,8 @@
 # perf per phase (one extra pass) and prints where its cycles go.
 # --sizes / --concurrency / --skip-* run a subset (quick checks; the table shows nan elsewhere).
 # turbokv's client opens one connection per worker, as Redis's side does; --connections N
-# fixes the count (1: every worker shares one).
+# fixes the count (1: every worker shares one). --server-arg=ARG adds a turbokv-server flag
+# (repeatable), e.g. --server-arg=--read-cache-bytes=0 for the server without its read cache.
 # Needs: build/ (tools/setup.sh), redis-server, perf for --profile. Prints the machine's load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,7 @@ CONCS="1 4 8"
 PREFIX=1
 LOOKUP=1
 CONNECTIONS=0
+SERVER_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
@@ -41,6 +43,7 @@ while [ $# -gt 0 ]; do
     --skip-prefix) PREFIX=0; shift ;;
     --skip-lookup) LOOKUP=0; shift ;;
     --connections) CONNECTIONS=$2; shift 2 ;;
+    --server-arg=*) SERVER_ARGS+=("${1#--server-arg=}"); shift ;;
     -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -68,7 +71,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 "$SERVER" --listen 127.0.0.1:0 --port-file "$WORK/tkv.port" --data-dir "$WORK/tkv-data" \
   --metrics-listen "" --capacity 16GiB --durability wal --default-preset k4v4-g32 \
-  > "$WORK/tkv.log" 2>&1 &
+  ${SERVER_ARGS[@]+"${SERVER_ARGS[@]}"} > "$WORK/tkv.log" 2>&1 &
 TKV_PID=$!; PIDS+=("$TKV_PID")
 for _ in $(seq 100); do [ -s "$WORK/tkv.port" ] && break; sleep 0.1; done
 TKV="127.0.0.1:$(head -1 "$WORK/tkv.port")"
@@ -85,6 +88,7 @@ REDIS_AOF_PID=$!; PIDS+=("$REDIS_AOF_PID")
 sleep 1
 echo "turbokv $TKV (pid $TKV_PID), redis none :$REDIS_NONE_PORT, redis aof-everysec :$REDIS_AOF_PORT"
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "turbokv-server extra flags: ${SERVER_ARGS[*]:-none}"
 grep -o -m1 'codec backend [^ ]*' "$WORK/tkv.log" || true
 
 SMOL=tests/fixtures/smollm2_kv_64_fp16.npy
