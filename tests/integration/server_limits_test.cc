@@ -366,10 +366,12 @@ TEST(ServerLimitsTest, HundredsOfStalledStreamsAreBoundedByTheInFlightBudget) {
   // The server holds a few budgets, not the streams' total: 2.5 x (the budget + the 64 MiB
   // that gRPC's memory quota adds to it); 64 MiB: 320 MiB of 500, 16 MiB: 200 MiB of 160 plus
   // TSan's shadow of them.
-  // Under ThreadSanitizer half as much again: its shadow of what the server touches is twice
-  // that (measured: 179-234 MiB over the RSS before at 16 MiB, against 160 MiB of streams plus
-  // at least 320 MiB of their shadow if the server held them all).
-  const uint64_t bound_mib = uint64_t(budget_mib + 64) * 5 / 2 * (kThreadSanitizer ? 3 : 2) / 2;
+  // Under ThreadSanitizer twice as much: its shadow of what the server touches is twice that,
+  // and its per-thread state grows with the threads gRPC adds under load (measured at 16 MiB:
+  // 101-113 MiB over the RSS before on a quiet machine, 179-234 MiB and once 310 MiB while
+  // clang-tidy ran beside it in CI; 400 MiB allowed, against 160 MiB of streams plus at least
+  // 320 MiB of their shadow if the server held them all).
+  const uint64_t bound_mib = uint64_t(budget_mib + 64) * 5 / 2 * (kThreadSanitizer ? 2 : 1);
   EXPECT_LT(rss_peak, rss_before + (bound_mib << 20));
   for (auto& s : streams) s->Cancel();
   for (auto& s : streams) s->Wait();
