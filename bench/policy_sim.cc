@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
                  "lrfu: half-life until the shadows decide");
   app.add_option("--lrfu-ghost-ratio", lrfu_options.ghost_ratio,
                  "lrfu: ghost entries per block of capacity");
+  app.add_option("--lrfu-max-unseen-age", lrfu_options.max_unseen_age,
+                 "lrfu: largest age, in turnovers, a block with no ghost enters with (0: off)");
+  app.add_option("--lrfu-unseen-age-step", lrfu_options.unseen_age_step,
+                 "lrfu: change of the unseen age per ghost found, turnovers per block");
   app.add_option("--lrfu-shadow-blocks", lrfu_options.shadow_blocks,
                  "lrfu: sampled blocks per shadow cache");
   app.add_option("--lrfu-epoch", lrfu_options.epoch_turnovers,
@@ -93,7 +97,7 @@ int main(int argc, char** argv) {
         "hit ratio %.1f%% (loaded in %.2f s)\n",
         path.c_str(), trace.size(), distinct, refs, 100 * infinite, Seconds(t0));
     std::printf("%9s %9s %8s %8s %8s %8s %9s %9s %9s %8s %9s\n", "capacity", "blocks", "policy",
-                "LRU", "Belady", "/LRU", "/Belady", "LRU/Bel.", "B/block", "h", "seconds");
+                "LRU", "Belady", "/LRU", "/Belady", "LRU/Bel.", "B/block", "h/age", "seconds");
     nlohmann::json points = nlohmann::json::array();
     for (double percent : capacities) {
       turbokv::server::ReplayOptions options;
@@ -129,12 +133,14 @@ int main(int argc, char** argv) {
               : static_cast<double>(policy->MemoryBytes()) / static_cast<double>(policy->blocks());
       const auto* lrfu = dynamic_cast<const turbokv::server::LrfuPolicy*>(policy.get());
       const double half_life = lrfu != nullptr ? lrfu->half_life() : 0.0;
+      const double unseen_age = lrfu != nullptr ? lrfu->unseen_age() : 0.0;
       std::printf("%8.1f%% %9llu %7.1f%% %7.1f%% %7.1f%% %8.3f %9.3f %9.3f %9.1f %8s %9.3f\n",
                   percent, static_cast<unsigned long long>(blocks), 100 * mine.hit_ratio(),
                   100 * lru.hit_ratio(), 100 * belady.hit_ratio(),
                   mine.hit_ratio() / lru.hit_ratio(), mine.hit_ratio() / belady.hit_ratio(),
                   lru.hit_ratio() / belady.hit_ratio(), bytes_per_block,
-                  lrfu != nullptr ? absl::StrFormat("%g", half_life).c_str() : "-", seconds);
+                  lrfu != nullptr ? absl::StrFormat("%g/%.2g", half_life, unseen_age).c_str() : "-",
+                  seconds);
       points.push_back({{"capacity_percent", percent},
                         {"capacity_blocks", blocks},
                         {"policy", policy_name},
@@ -143,7 +149,8 @@ int main(int argc, char** argv) {
                         {"belady_hit_ratio", belady.hit_ratio()},
                         {"policy_memory_bytes_per_block", bytes_per_block},
                         {"policy_seconds", seconds},
-                        {"final_half_life", half_life}});
+                        {"final_half_life", half_life},
+                        {"final_unseen_age", unseen_age}});
     }
     report.push_back({{"trace", path},
                       {"requests", trace.size()},

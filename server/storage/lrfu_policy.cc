@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 
 namespace turbokv::server {
@@ -13,6 +14,20 @@ namespace {
 // Node and ghost keys are floats relative to a base; the base follows the clock every this many
 // accesses (or every 4 turnovers when that is longer) so keys stay small.
 constexpr double kRebaseAccesses = 1 << 22;
+
+// A ghost's key carries, in its two lowest mantissa bits (a relative change of at most 2^-22),
+// what the block was when evicted: for the unseen age's adaptation (LrfuOptions::max_unseen_age).
+enum GhostClass : uint32_t {
+  kIgnored = 0,  // the last block of its put call (a rule of its own)
+  kUnused = 1,   // stored with no ghost and gone without a use
+  kUsed = 2,     // stored from a ghost, or used while stored
+};
+float WithClass(float key, GhostClass c) {
+  return absl::bit_cast<float>((absl::bit_cast<uint32_t>(key) & ~3u) | c);
+}
+GhostClass ClassOf(float key) {
+  return static_cast<GhostClass>(absl::bit_cast<uint32_t>(key) & 3u);
+}
 
 }  // namespace
 
@@ -29,6 +44,14 @@ absl::Status LrfuOptions::Validate() const {
   }
   if (!(ghost_ratio >= 0) || ghost_ratio > 64) {
     return absl::InvalidArgumentError(absl::StrCat("ghost_ratio ", ghost_ratio, " not in [0, 64]"));
+  }
+  if (!(max_unseen_age >= 0) || max_unseen_age > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_unseen_age ", max_unseen_age, " not in [0, 64]"));
+  }
+  if (!(unseen_age_step >= 0) || !std::isfinite(unseen_age_step)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unseen_age_step ", unseen_age_step, " is not a finite >= 0"));
   }
   if (shadow_blocks == 0) return absl::InvalidArgumentError("shadow_blocks is 0");
   if (!(epoch_turnovers > 0) || !std::isfinite(epoch_turnovers)) {
@@ -51,6 +74,12 @@ LrfuPolicy::LrfuPolicy(LrfuOptions options) : options_(std::move(options)) {
     }
     if (!(options_.ghost_ratio >= 0) || options_.ghost_ratio > 64) {
       options_.ghost_ratio = defaults.ghost_ratio;
+    }
+    if (!(options_.max_unseen_age >= 0) || options_.max_unseen_age > 64) {
+      options_.max_unseen_age = defaults.max_unseen_age;
+    }
+    if (!(options_.unseen_age_step >= 0) || !std::isfinite(options_.unseen_age_step)) {
+      options_.unseen_age_step = defaults.unseen_age_step;
     }
     if (options_.shadow_blocks == 0) options_.shadow_blocks = defaults.shadow_blocks;
     if (!(options_.epoch_turnovers > 0) || !std::isfinite(options_.epoch_turnovers)) {
@@ -169,7 +198,8 @@ void LrfuPolicy::Rescale(double from, double to) {
   const double base = base_;
   const double now = clock_;
   ghosts_.TransformKeys([&](float k) {
-    return static_cast<float>(lrfu::RescaleKey(base + k, now, from, to) - base);
+    return WithClass(static_cast<float>(lrfu::RescaleKey(base + k, now, from, to) - base),
+                     ClassOf(k));
   });
 }
 
@@ -178,7 +208,7 @@ void LrfuPolicy::Rebase() {
   for (uint32_t s = 0; s < nodes_.size(); ++s) {
     if (Live(s)) nodes_[s].key -= shift;
   }
-  ghosts_.TransformKeys([shift](float k) { return k - shift; });
+  ghosts_.TransformKeys([shift](float k) { return WithClass(k - shift, ClassOf(k)); });
   base_ += shift;
 }
 
@@ -210,6 +240,11 @@ void LrfuPolicy::Sample(uint64_t mixed, uint64_t request, bool last_in_call, uin
   }
 }
 
+void LrfuPolicy::CountGhost(uint32_t ghost_class, double delta) {
+  if (ghost_class == kUnused) unused_ghosts_ = std::max(0.0, unused_ghosts_ + delta);
+  if (ghost_class == kUsed) used_ghosts_ = std::max(0.0, used_ghosts_ + delta);
+}
+
 void LrfuPolicy::MaybeRetune() {
   const double epoch = std::max(256.0, options_.epoch_turnovers * CapacityBlocks());
   if (static_cast<double>(++since_retune_) < epoch) return;
@@ -238,6 +273,7 @@ void LrfuPolicy::Tick(uint64_t fingerprint, uint64_t request, bool last_in_call,
   const size_t ghosts = static_cast<size_t>(options_.ghost_ratio * CapacityBlocks());
   if (ghosts > 2 * ghosts_.capacity() || (ghosts_.capacity() == 0 && ghosts > 0)) {
     ghosts_.Resize(ghosts);
+    unused_ghosts_ = used_ghosts_ = 0;
   }
   if (fingerprint != 0) {
     const uint64_t mixed = lrfu::Mix64(fingerprint);
@@ -264,15 +300,35 @@ void LrfuPolicy::OnInsert(uint32_t slot, uint32_t parent, uint64_t fingerprint, 
     if (slot >= tenants_.size()) tenants_.resize(nodes_.size(), 0);
     tenants_[slot] = tenant;
   }
-  n.request = static_cast<uint16_t>(info.request);
+  n.request = static_cast<uint16_t>(info.request & kRequestMask);
+  if (info.last_in_call) n.request |= kLastFlag;
   const double half_life = HalfLifeAccesses();
   double key = -std::numeric_limits<double>::infinity();
   if (fingerprint != 0) {
     if (std::optional<float> ghost = ghosts_.Take(lrfu::Mix64(fingerprint)); ghost.has_value()) {
       key = base_ + *ghost;
+      // ARC's adaptation: a block evicted unused came back (the unseen age evicts such blocks
+      // too early), or one that had been used did (it keeps them too long). As ARC's, a step
+      // is larger when the other kind of ghost is the more common.
+      const double step = options_.unseen_age_step / CapacityBlocks();
+      const GhostClass c = ClassOf(*ghost);
+      CountGhost(c, -1);
+      if (c == kUnused) {
+        const double ratio = std::max(1.0, used_ghosts_ / std::max(1.0, unused_ghosts_));
+        unseen_age_ = std::max(0.0, unseen_age_ - step * ratio);
+      }
+      if (c == kUsed) {
+        const double ratio = std::max(1.0, unused_ghosts_ / std::max(1.0, used_ghosts_));
+        unseen_age_ = std::min(options_.max_unseen_age, unseen_age_ + step * ratio);
+      }
     }
   }
-  key = lrfu::KeyAfterAccess(key, clock_, half_life);
+  if (std::isfinite(key)) {
+    key = lrfu::KeyAfterAccess(key, clock_, half_life);
+  } else {
+    key = clock_ - unseen_age_ * std::max(half_life, CapacityBlocks());
+    n.request |= kUnseenFlag;
+  }
   if (info.last_in_call) key = clock_ - 4 * std::max(half_life, CapacityBlocks());
   SetKey(slot, key);
   HeapPush(slot);
@@ -284,9 +340,10 @@ void LrfuPolicy::OnHit(uint32_t slot, uint32_t parent, uint64_t fingerprint,
   if (!Live(slot)) return;
   if (parent != kNoSlot) Link(slot, parent);
   Node& n = nodes_[slot];
-  const auto request = static_cast<uint16_t>(info.request);
-  if (info.request != 0 && n.request == request) return;  // counted for this request already
-  n.request = request;
+  const auto request = static_cast<uint16_t>(info.request & kRequestMask);
+  // Counted for this request already?
+  if (info.request != 0 && (n.request & kRequestMask) == request) return;
+  n.request = request;  // used: no longer unseen, nor only the last of a put
   Tick(fingerprint, info.request, /*last_in_call=*/false, Charge(slot));
   SetKey(slot, lrfu::KeyAfterAccess(AbsKey(slot), clock_, HalfLifeAccesses()));
   if (IsLeaf(slot)) SiftDown(nodes_[slot].pos_or_children);
@@ -297,7 +354,15 @@ void LrfuPolicy::OnErase(uint32_t slot, uint64_t fingerprint, EraseReason reason
   Node& n = nodes_[slot];
   // A deleted block was not pushed out by others; nothing says it will be back.
   if (reason != EraseReason::kDeleted && fingerprint != 0) {
-    ghosts_.Put(lrfu::Mix64(fingerprint), n.key);
+    const GhostClass c = (n.request & kLastFlag) != 0     ? kIgnored
+                         : (n.request & kUnseenFlag) != 0 ? kUnused
+                                                          : kUsed;
+    CountGhost(c, +1);
+    if (const std::optional<float> lost =
+            ghosts_.Put(lrfu::Mix64(fingerprint), WithClass(n.key, c));
+        lost.has_value()) {
+      CountGhost(ClassOf(*lost), -1);
+    }
   }
   if (IsLeaf(slot)) HeapRemove(slot);
   Unlink(slot);

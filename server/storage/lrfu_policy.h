@@ -15,6 +15,12 @@
 //   block stored again resumes its decayed value. This is the history that separates a block
 //   seen before from a new one (P(reused) 0.84 after two references vs 0.42 after one on the
 //   Mooncake trace).
+// - Unseen age: a block with no ghost (seen for the first time, as far as the ghosts know) enters
+//   as if accessed `unseen age` turnovers ago, so that blocks used once (58% of the Mooncake
+//   trace's) leave before those used again. The age adapts between 0 and max_unseen_age as ARC
+//   sizes its recency list, from which kind of ghost comes back: one evicted unused lowers it,
+//   one evicted after a use raises it. Where blocks seen once come back soon (a chat's next turn,
+//   with room for it) it goes to 0.
 // - Adaptive H: eight shadow caches simulate H = {0, 1/4, 1/2, 1, 2, 4, 8, 16} turnovers of the
 //   capacity on a hashed sample of the blocks (lrfu_shadow.h); every epoch the policy takes the
 //   half-life of the shadow with the most recent hits and rescales every key to it (a monotone
@@ -22,7 +28,7 @@
 //   newest blocks); Zipf-popular prompts and documents want a long H.
 //
 // Memory per block: 20-byte node (4 more for its tenant once a store has blocks of more than
-// one tenant), a 4-byte heap entry per leaf, ghost_ratio x 6 bytes of ghosts; the shadows are
+// one tenant), a 4-byte heap entry per leaf, ghost_ratio x 6 bytes of ghosts (24); the shadows are
 // bounded by shadow_blocks (about 0.5 MB each at the default), not by the store's size. Cost:
 // OnInsert/OnHit/OnErase are O(log leaves) (a hit on an inner block is O(1)); a sampled access also
 // costs O(log shadow_blocks) per shadow; a change of half-life is O(live blocks + ghosts) and
@@ -53,8 +59,22 @@ struct LrfuOptions {
   std::vector<double> half_lives = {0, 0.25, 0.5, 1, 2, 4, 8, 16};
   // Half-life until the shadows have decided, in turnovers (one of half_lives). Default: 1.
   double initial_half_life = 1;
-  // Ghost entries per block of capacity (0: no ghosts). Default: 1 (6 bytes per block).
-  double ghost_ratio = 1;
+  // Ghost entries per block of capacity (0: no ghosts), 6 bytes each. Default: 4 (24 bytes per
+  // block: about four turnovers of evictions; a block used once on the Mooncake trace is next
+  // used 2-10 capacities later at 5% capacity).
+  double ghost_ratio = 4;
+  // Largest unseen age, in turnovers of the capacity (0 turns it off; at most 64). A block with
+  // no ghost (never stored, or evicted longer ago than the ghosts remember) enters with the
+  // value of an access `unseen age` turnovers old (half-lives, when those are longer), below
+  // blocks that came back or were used since. The age adapts between 0 and this bound the way
+  // ARC sizes its recency list (N. Megiddo, D. Modha, "ARC: A Self-Tuning, Low Overhead
+  // Replacement Cache", FAST'03): a stored block whose ghost says it was evicted unused lowers
+  // it (blocks used once were evicted too early), one whose ghost says it had been used again
+  // raises it; it starts at 0. Default: 1.
+  double max_unseen_age = 1;
+  // Change of the unseen age per ghost found, in turnovers per block of capacity, times ARC's
+  // ratio (the other kind's ghosts over this kind's, at least 1). Default: 1.
+  double unseen_age_step = 1;
   // Sampled blocks per shadow cache: the sampling rate is the largest power of two <= 1 that
   // keeps a shadow's capacity at or below this. Default: 8192.
   uint32_t shadow_blocks = 8192;
@@ -99,6 +119,8 @@ class LrfuPolicy final : public EvictionPolicy {
 
   // The half-life in use, in turnovers of the capacity, and how often it changed.
   double half_life() const { return half_life_; }
+  // The unseen age in use, in turnovers of the capacity (max_unseen_age).
+  double unseen_age() const { return unseen_age_; }
   uint64_t half_life_changes() const { return half_life_changes_; }
   // The sampling rate of the shadows (a power of two <= 1).
   double sample_rate() const;
@@ -110,11 +132,16 @@ class LrfuPolicy final : public EvictionPolicy {
     uint32_t charge_leaf = 0;      // charge (low 31 bits) | kLeafBit while a leaf
     float key = 0;                 // LRFU key relative to base_
     uint32_t pos_or_children = 0;  // leaf: its place in heap_; inner: live children naming it
-    uint16_t request = 0;          // low bits of the last request that accessed it
+    uint16_t request = 0;          // low 14 bits of the last request that accessed it | flags
     uint8_t gen = 0;               // odd while live; bumped by insert and erase
     uint8_t parent_gen = 0;        // parent's gen when linked: a stale link is ignored
   };
   static_assert(sizeof(Node) == 20);
+  // Node::request's low bits, and its flags: stored with no ghost and not used since; the last
+  // block of its put call.
+  static constexpr uint16_t kRequestMask = 0x3fff;
+  static constexpr uint16_t kUnseenFlag = 0x4000;
+  static constexpr uint16_t kLastFlag = 0x8000;
   // The tenant of the block in `slot` (0 while no block of another tenant was ever inserted).
   uint32_t TenantOf(uint32_t slot) const { return slot < tenants_.size() ? tenants_[slot] : 0; }
 
@@ -145,6 +172,8 @@ class LrfuPolicy final : public EvictionPolicy {
     return sample_shift_ == 0 || (mixed >> (64 - sample_shift_)) == 0;
   }
   void MaybeRetune();
+  // Counts a ghost of class `ghost_class` (GhostClass) in or out.
+  void CountGhost(uint32_t ghost_class, double delta);
   void Rescale(double from_half_life_accesses, double to_half_life_accesses);
   void Rebase();
 
@@ -160,7 +189,12 @@ class LrfuPolicy final : public EvictionPolicy {
   bool heap_in_push_order_ = true;
   lrfu::CompactGhostTable ghosts_;
   std::vector<lrfu::ShadowCache> shadows_;
-  double half_life_;  // turnovers
+  double half_life_;       // turnovers
+  double unseen_age_ = 0;  // turnovers, in [0, max_unseen_age]
+  // Ghosts of blocks evicted unused and used (GhostClass in lrfu_policy.cc), for the unseen age's
+  // steps.
+  double unused_ghosts_ = 0;
+  double used_ghosts_ = 0;
   uint64_t half_life_changes_ = 0;
   double clock_ = 0;  // counted accesses
   double base_ = 0;   // node and ghost keys are relative to it

@@ -102,9 +102,12 @@ class BasicGhostTable {
   }
   size_t capacity() const { return buckets_.size() * kWays; }
   size_t size() const { return size_; }  // ghosts held
-  // `mixed`: Mix64 of the fingerprint.
-  void Put(uint64_t mixed, float key) {
-    if (buckets_.empty()) return;
+  // `mixed`: Mix64 of the fingerprint. Returns the key of the ghost the table no longer holds
+  // because of this Put: the one it replaced (an older ghost of the same tag, or a full bucket's
+  // least valuable), or this one when the bucket kept its more valuable ghosts; nullopt when
+  // nothing was lost.
+  std::optional<float> Put(uint64_t mixed, float key) {
+    if (buckets_.empty()) return key;
     const TagT tag = Tag(mixed);
     Bucket& b = BucketOf(mixed);
     size_t victim = kWays;
@@ -116,10 +119,16 @@ class BasicGhostTable {
       if (victim == kWays || b.keys[i] < b.keys[victim]) victim = i;
     }
     // A full bucket keeps its more valuable ghosts.
-    if (b.tags[victim] != 0 && b.tags[victim] != tag && b.keys[victim] > key) return;
-    if (b.tags[victim] == 0) ++size_;
+    if (b.tags[victim] != 0 && b.tags[victim] != tag && b.keys[victim] > key) return key;
+    std::optional<float> lost;
+    if (b.tags[victim] == 0) {
+      ++size_;
+    } else {
+      lost = b.keys[victim];
+    }
     b.tags[victim] = tag;
     b.keys[victim] = key;
+    return lost;
   }
   // The ghost's key, removed; nullopt when none.
   std::optional<float> Take(uint64_t mixed) {

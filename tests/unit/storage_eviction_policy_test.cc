@@ -221,6 +221,76 @@ TEST(LrfuPolicyTest, AnEvictedBlockThatComesBackResumesItsValue) {
   EXPECT_EQ(out[0], 1u);
 }
 
+// Stores, uses and evicts the block `fingerprint` in `slot`, then stores it again: a ghost of a
+// block evicted after a use comes back.
+void UseEvictAndStoreAgain(LrfuPolicy& p, uint32_t slot, uint64_t fingerprint, uint64_t* request) {
+  p.OnInsert(slot, kNoSlot, fingerprint, 1, 0, Request((*request)++));
+  p.OnHit(slot, kNoSlot, fingerprint, Request((*request)++));
+  p.OnErase(slot, fingerprint, EraseReason::kEvicted);
+  p.OnInsert(slot, kNoSlot, fingerprint, 1, 0, Request((*request)++));
+}
+
+TEST(LrfuPolicyTest, TheUnseenAgeAdaptsToWhichGhostsComeBack) {
+  // ARC's rule: a block evicted after a use that comes back raises the age by a step (1/4 of a
+  // turnover per block of a 4-block capacity, times the ratio of the other kind's ghosts, at
+  // least 1); one evicted unused lowers it. It stays within [0, max_unseen_age].
+  LrfuOptions lo;
+  lo.capacity_bytes = 4;
+  lo.max_unseen_age = 0.6;
+  LrfuPolicy p(lo);
+  EXPECT_EQ(p.unseen_age(), 0.0);
+  uint64_t request = 1;
+  UseEvictAndStoreAgain(p, 0, 100, &request);
+  EXPECT_DOUBLE_EQ(p.unseen_age(), 0.25);
+  p.OnErase(0, 100, EraseReason::kDeleted);  // no ghost
+  UseEvictAndStoreAgain(p, 0, 101, &request);
+  UseEvictAndStoreAgain(p, 1, 102, &request);
+  EXPECT_DOUBLE_EQ(p.unseen_age(), 0.6);  // 0.75, capped
+  // Unused: stored with no ghost, evicted, back.
+  p.OnInsert(2, kNoSlot, 200, 1, 0, Request(request++));
+  p.OnErase(2, 200, EraseReason::kEvicted);
+  p.OnInsert(2, kNoSlot, 200, 1, 0, Request(request++));
+  EXPECT_DOUBLE_EQ(p.unseen_age(), 0.35);
+  // A put call's last block has a rule of its own: its ghost changes nothing.
+  p.OnInsert(3, kNoSlot, 300, 1, 0, Request(request++, /*last_in_call=*/true));
+  p.OnErase(3, 300, EraseReason::kEvicted);
+  p.OnInsert(3, kNoSlot, 300, 1, 0, Request(request++));
+  EXPECT_DOUBLE_EQ(p.unseen_age(), 0.35);
+
+  LrfuOptions off = lo;
+  off.max_unseen_age = 0;
+  LrfuPolicy q(off);
+  request = 1;
+  UseEvictAndStoreAgain(q, 0, 100, &request);
+  EXPECT_EQ(q.unseen_age(), 0.0);
+}
+
+TEST(LrfuPolicyTest, ABlockSeenOnceGoesBeforeOlderBlocksThatCameBack) {
+  // At H = 0 (LRU's order) with an unseen age of 1/2 turnover (two blocks that came back after
+  // a use), a block stored for the first time ranks as if stored 2 accesses ago: below the
+  // block that came back one access before it. With the age off, LRU's order.
+  for (const double max_age : {0.0, 1.0}) {
+    LrfuOptions lo;
+    lo.capacity_bytes = 4;
+    lo.half_lives = {0};
+    lo.initial_half_life = 0;
+    lo.max_unseen_age = max_age;
+    LrfuPolicy p(lo);
+    uint64_t request = 1;
+    UseEvictAndStoreAgain(p, 0, 100, &request);
+    p.OnHit(0, kNoSlot, 100, Request(request++));
+    p.OnErase(0, 100, EraseReason::kEvicted);
+    p.OnInsert(0, kNoSlot, 100, 1, 0, Request(request++));
+    EXPECT_DOUBLE_EQ(p.unseen_age(), max_age / 2);
+    p.OnInsert(1, kNoSlot, 999, 1, 0, Request(request++));  // seen for the first time
+    std::vector<uint32_t> out;
+    p.SelectVictims(
+        1, std::nullopt, [](uint32_t) { return true; }, &out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], max_age > 0 ? 1u : 0u) << max_age;
+  }
+}
+
 TEST(LrfuPolicyTest, ReserveSizesThePerSlotArraysOnce) {
   // A store's recovery inserts every block at once: Reserve keeps the arrays at their size
   // instead of the next power of two (24-byte node and 4-byte heap entry per slot).
@@ -245,13 +315,18 @@ TEST(LrfuPolicyTest, ReserveSizesThePerSlotArraysOnce) {
 
 TEST(GhostTableTest, CountsItsGhosts) {
   lrfu::GhostTable g;
-  EXPECT_FALSE(g.Take(lrfu::Mix64(1)).has_value());  // no table yet
+  EXPECT_FALSE(g.Take(lrfu::Mix64(1)).has_value());                    // no table yet
+  EXPECT_EQ(g.Put(lrfu::Mix64(1), 1.0f), std::optional<float>(1.0f));  // nowhere to keep it
   g.Resize(64);
   EXPECT_EQ(g.size(), 0u);
   EXPECT_FALSE(g.Take(lrfu::Mix64(1)).has_value());
-  for (uint64_t f = 1; f <= 20; ++f) g.Put(lrfu::Mix64(f), static_cast<float>(f));
-  g.Put(lrfu::Mix64(3), 30.0f);  // the same ghost again: no new one
+  for (uint64_t f = 1; f <= 20; ++f) {
+    EXPECT_FALSE(g.Put(lrfu::Mix64(f), static_cast<float>(f)).has_value());  // room for 64
+  }
+  const std::optional<float> lost = g.Put(lrfu::Mix64(3), 30.0f);  // the same ghost again
   EXPECT_EQ(g.size(), 20u);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(*lost, 3.0f);  // the older one
   ASSERT_TRUE(g.Take(lrfu::Mix64(3)).has_value());
   EXPECT_FALSE(g.Take(lrfu::Mix64(3)).has_value());
   EXPECT_EQ(g.size(), 19u);
