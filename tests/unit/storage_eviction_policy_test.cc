@@ -231,9 +231,10 @@ void UseEvictAndStoreAgain(LrfuPolicy& p, uint32_t slot, uint64_t fingerprint, u
 }
 
 TEST(LrfuPolicyTest, TheUnseenAgeAdaptsToWhichGhostsComeBack) {
-  // ARC's rule: a block evicted after a use that comes back raises the age by a step (1/4 of a
-  // turnover per block of a 4-block capacity, times the ratio of the other kind's ghosts, at
-  // least 1); one evicted unused lowers it. It stays within [0, max_unseen_age].
+  // ARC's rule: a block evicted after a use that comes back raises the age by a step
+  // (unseen_age_step / capacity in blocks: 1/4 turnover here, times the ratio of the other kind's
+  // ghosts to this kind's, at least 1); one evicted unused lowers it. It stays within
+  // [0, max_unseen_age].
   LrfuOptions lo;
   lo.capacity_bytes = 4;
   lo.max_unseen_age = 0.6;
