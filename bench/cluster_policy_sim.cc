@@ -28,6 +28,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "bench/lrfu_cli.h"
 #include "bench/mooncake_trace.h"
 #include "server/storage/eviction_policy.h"
 #include "server/storage/eviction_replay.h"
@@ -66,126 +68,158 @@ struct Options {
   bool touch_past_match = true;      // a node's Lookup touches its whole leading match
   bool hint = true;                  // only the chain's last block is last_in_call
   bool parent_across_calls = false;  // a put's first block names the node's previous block
+  // lrfu: "own" (each node tunes itself), "leader" (nodes 1.. follow node 0's tuning after each
+  // request, as the sharded client makes them) or "reference" (every node follows a one-node
+  // reference of the whole capacity run beside them: nodes that agreed on a global view).
+  std::string tuning = "own";
+  turbokv::server::LrfuOptions lrfu;
 };
 
 struct Result {
   double hit_ratio = 0;    // matched blocks / all chain blocks
   double unreachable = 0;  // share of the live blocks at the end that no Lookup can reach
+  std::string tuning;      // lrfu: each node's half-life / unseen age / half-life changes
 };
 
-// The trace over `o.nodes` nodes of `total` blocks together.
-Result Run(const std::vector<TraceRequest>& trace, uint64_t total, const Options& o) {
-  std::vector<Node> nodes(o.nodes);
-  for (Node& n : nodes) {
-    n.capacity = std::max<uint64_t>(1, total / o.nodes);
-    if (o.policy == "lrfu") {
-      turbokv::server::LrfuOptions lo;
-      lo.capacity_bytes = n.capacity;
-      n.policy = std::make_unique<turbokv::server::LrfuPolicy>(lo);
-    } else {
-      n.policy = std::make_unique<turbokv::server::LruPolicy>();
+// `o.nodes` nodes of `total` blocks together, fed one request at a time.
+class Cluster {
+ public:
+  Cluster(uint64_t total, const Options& o) : o_(o), nodes_(o.nodes) {
+    for (Node& n : nodes_) {
+      n.capacity = std::max<uint64_t>(1, total / o.nodes);
+      if (o.policy == "lrfu") {
+        turbokv::server::LrfuOptions lo = o.lrfu;
+        lo.capacity_bytes = n.capacity;
+        n.policy = std::make_unique<turbokv::server::LrfuPolicy>(lo);
+      } else {
+        n.policy = std::make_unique<turbokv::server::LruPolicy>();
+      }
     }
   }
-  uint64_t hits = 0, refs = 0, call = 0;
-  absl::flat_hash_map<uint64_t, uint64_t> parent_id;  // block id -> the id before it (0: head)
-  std::vector<size_t> owner;
-  std::vector<uint32_t> victims;
-  for (const TraceRequest& req : trace) {
-    const std::vector<uint64_t>& ids = req.blocks;
-    for (size_t j = 0; j < ids.size(); ++j) parent_id.emplace(ids[j], j == 0 ? 0 : ids[j - 1]);
-    owner.resize(ids.size());
+
+  // One request of the trace (its chain of block ids); returns its leading match in blocks.
+  size_t Request(const std::vector<uint64_t>& ids);
+  // Each lrfu node but `reference` itself takes `reference`'s half-life and unseen age.
+  void FollowTuning(const turbokv::server::EvictionPolicy& reference);
+  const turbokv::server::EvictionPolicy& Policy(size_t node) const { return *nodes_[node].policy; }
+  const turbokv::server::LrfuPolicy* Lrfu(size_t node) const {
+    return dynamic_cast<const turbokv::server::LrfuPolicy*>(nodes_[node].policy.get());
+  }
+  // Share of the live blocks that no Lookup can reach (a block before them in their chain is
+  // gone from its node); `parent_id`: block id -> the id before it (0: a chain's head).
+  double Unreachable(const absl::flat_hash_map<uint64_t, uint64_t>& parent_id) const;
+  std::string Tuning() const;
+
+ private:
+  const Options& o_;
+  std::vector<Node> nodes_;
+  uint64_t call_ = 0;
+  std::vector<size_t> owner_;
+  std::vector<uint32_t> victims_;
+};
+
+size_t Cluster::Request(const std::vector<uint64_t>& ids) {
+  owner_.resize(ids.size());
+  for (size_t j = 0; j < ids.size(); ++j) {
+    const uint64_t head = ids[j / o_.segment * o_.segment];
+    size_t best = 0;
+    uint64_t best_w = 0;
+    for (size_t n = 0; n < o_.nodes; ++n) {
+      const uint64_t w = Mix(head * 0x100000001b3ULL + n);
+      if (n == 0 || w > best_w) best = n, best_w = w;
+    }
+    owner_[j] = best;
+  }
+  size_t m = 0;
+  while (m < ids.size() && nodes_[owner_[m]].Has(ids[m])) ++m;
+  // Lookup: each node its leading match of its own blocks, one call each.
+  for (size_t n = 0; n < o_.nodes; ++n) {
+    RequestInfo info;
+    info.request = ++call_;
+    uint32_t parent = kNoSlot;
     for (size_t j = 0; j < ids.size(); ++j) {
-      const uint64_t head = ids[j / o.segment * o.segment];
-      size_t best = 0;
-      uint64_t best_w = 0;
-      for (size_t n = 0; n < o.nodes; ++n) {
-        const uint64_t w = Mix(head * 0x100000001b3ULL + n);
-        if (n == 0 || w > best_w) best = n, best_w = w;
-      }
-      owner[j] = best;
-    }
-    size_t m = 0;
-    while (m < ids.size() && nodes[owner[m]].Has(ids[m])) ++m;
-    hits += m;
-    refs += ids.size();
-    // Lookup: each node its leading match of its own blocks, one call each.
-    for (size_t n = 0; n < o.nodes; ++n) {
-      RequestInfo info;
-      info.request = ++call;
-      uint32_t parent = kNoSlot;
-      for (size_t j = 0; j < ids.size(); ++j) {
-        if (owner[j] != n) continue;
-        if (!o.touch_past_match && j >= m) break;
-        auto it = nodes[n].slot_of.find(ids[j]);
-        if (it == nodes[n].slot_of.end()) break;
-        nodes[n].policy->OnHit(it->second, parent, ids[j] + 1, info);
-        parent = it->second;
-      }
-    }
-    // GetBlocks of the match, then PutBlocks of the rest, per node.
-    for (size_t n = 0; n < o.nodes; ++n) {
-      Node& node = nodes[n];
-      RequestInfo info;
-      info.request = ++call;
-      uint32_t parent = kNoSlot;
-      for (size_t j = 0; j < m; ++j) {
-        if (owner[j] != n) continue;
-        const uint32_t s = node.slot_of.at(ids[j]);
-        node.policy->OnHit(s, parent, ids[j] + 1, info);
-        parent = s;
-      }
-      info.request = ++call;
-      if (!o.parent_across_calls) parent = kNoSlot;
-      absl::flat_hash_set<uint32_t> own;
-      size_t last_here = ids.size();
-      for (size_t j = m; j < ids.size(); ++j) {
-        if (owner[j] == n) last_here = j;
-      }
-      for (size_t j = m; j < ids.size(); ++j) {
-        if (owner[j] != n) continue;
-        info.last_in_call = o.hint ? j + 1 == ids.size() : j == last_here;
-        if (auto it = node.slot_of.find(ids[j]); it != node.slot_of.end()) {
-          node.policy->OnHit(it->second, parent, ids[j] + 1, info);
-          own.insert(it->second);
-          parent = it->second;
-          continue;
-        }
-        if (node.policy->charged_bytes() + 1 > node.capacity) {
-          victims.clear();
-          node.policy->SelectVictims(
-              node.policy->charged_bytes() + 1 - node.capacity, std::nullopt,
-              [&own](uint32_t s) { return !own.contains(s); }, &victims);
-          for (uint32_t v : victims) {
-            node.policy->OnErase(v, node.id_of[v] + 1, turbokv::server::EraseReason::kEvicted);
-            node.slot_of.erase(node.id_of[v]);
-            node.free_slots.push_back(v);
-          }
-          if (node.policy->charged_bytes() + 1 > node.capacity) break;  // refused: the rest too
-        }
-        uint32_t slot;
-        if (!node.free_slots.empty()) {
-          slot = node.free_slots.back();
-          node.free_slots.pop_back();
-        } else {
-          slot = static_cast<uint32_t>(node.id_of.size());
-          node.id_of.push_back(0);
-        }
-        node.id_of[slot] = ids[j];
-        node.slot_of.emplace(ids[j], slot);
-        node.policy->OnInsert(slot, parent, ids[j] + 1, 1, 0, info);
-        own.insert(slot);
-        parent = slot;
-      }
+      if (owner_[j] != n) continue;
+      if (!o_.touch_past_match && j >= m) break;
+      auto it = nodes_[n].slot_of.find(ids[j]);
+      if (it == nodes_[n].slot_of.end()) break;
+      nodes_[n].policy->OnHit(it->second, parent, ids[j] + 1, info);
+      parent = it->second;
     }
   }
-  // Live blocks no Lookup can reach: some block before them in their chain is gone.
+  // GetBlocks of the match, then PutBlocks of the rest, per node.
+  for (size_t n = 0; n < o_.nodes; ++n) {
+    Node& node = nodes_[n];
+    RequestInfo info;
+    info.request = ++call_;
+    uint32_t parent = kNoSlot;
+    for (size_t j = 0; j < m; ++j) {
+      if (owner_[j] != n) continue;
+      const uint32_t s = node.slot_of.at(ids[j]);
+      node.policy->OnHit(s, parent, ids[j] + 1, info);
+      parent = s;
+    }
+    info.request = ++call_;
+    if (!o_.parent_across_calls) parent = kNoSlot;
+    absl::flat_hash_set<uint32_t> own;
+    size_t last_here = ids.size();
+    for (size_t j = m; j < ids.size(); ++j) {
+      if (owner_[j] == n) last_here = j;
+    }
+    for (size_t j = m; j < ids.size(); ++j) {
+      if (owner_[j] != n) continue;
+      info.last_in_call = o_.hint ? j + 1 == ids.size() : j == last_here;
+      if (auto it = node.slot_of.find(ids[j]); it != node.slot_of.end()) {
+        node.policy->OnHit(it->second, parent, ids[j] + 1, info);
+        own.insert(it->second);
+        parent = it->second;
+        continue;
+      }
+      if (node.policy->charged_bytes() + 1 > node.capacity) {
+        victims_.clear();
+        node.policy->SelectVictims(
+            node.policy->charged_bytes() + 1 - node.capacity, std::nullopt,
+            [&own](uint32_t s) { return !own.contains(s); }, &victims_);
+        for (uint32_t v : victims_) {
+          node.policy->OnErase(v, node.id_of[v] + 1, turbokv::server::EraseReason::kEvicted);
+          node.slot_of.erase(node.id_of[v]);
+          node.free_slots.push_back(v);
+        }
+        if (node.policy->charged_bytes() + 1 > node.capacity) break;  // refused: the rest too
+      }
+      uint32_t slot;
+      if (!node.free_slots.empty()) {
+        slot = node.free_slots.back();
+        node.free_slots.pop_back();
+      } else {
+        slot = static_cast<uint32_t>(node.id_of.size());
+        node.id_of.push_back(0);
+      }
+      node.id_of[slot] = ids[j];
+      node.slot_of.emplace(ids[j], slot);
+      node.policy->OnInsert(slot, parent, ids[j] + 1, 1, 0, info);
+      own.insert(slot);
+      parent = slot;
+    }
+  }
+  return m;
+}
+
+void Cluster::FollowTuning(const turbokv::server::EvictionPolicy& reference) {
+  const std::optional<turbokv::server::PolicyTuning> tuning = reference.tuning();
+  if (!tuning.has_value()) return;
+  for (Node& n : nodes_) {
+    if (n.policy.get() != &reference) n.policy->FollowTuning(*tuning);
+  }
+}
+
+double Cluster::Unreachable(const absl::flat_hash_map<uint64_t, uint64_t>& parent_id) const {
   size_t live = 0, unreachable = 0;
-  for (const Node& node : nodes) {
+  for (const Node& node : nodes_) {
     for (const auto& [id, slot] : node.slot_of) {
       ++live;
-      for (uint64_t p = parent_id[id]; p != 0; p = parent_id[p]) {
+      for (uint64_t p = parent_id.at(id); p != 0; p = parent_id.at(p)) {
         bool here = false;
-        for (const Node& other : nodes) here = here || other.Has(p);
+        for (const Node& other : nodes_) here = here || other.Has(p);
         if (!here) {
           ++unreachable;
           break;
@@ -193,9 +227,47 @@ Result Run(const std::vector<TraceRequest>& trace, uint64_t total, const Options
       }
     }
   }
+  return live == 0 ? 0.0 : static_cast<double>(unreachable) / static_cast<double>(live);
+}
+
+std::string Cluster::Tuning() const {
+  std::string out;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (const turbokv::server::LrfuPolicy* lrfu = Lrfu(n)) {
+      absl::StrAppendFormat(&out, "%s%g/%.2f/%d", out.empty() ? "" : " ", lrfu->half_life(),
+                            lrfu->unseen_age(), lrfu->half_life_changes());
+    }
+  }
+  return out;
+}
+
+// The trace over `o.nodes` nodes of `total` blocks together.
+Result Run(const std::vector<TraceRequest>& trace, uint64_t total, const Options& o) {
+  Cluster cluster(total, o);
+  std::optional<Cluster> reference;
+  if (o.tuning == "reference" && o.nodes > 1) {
+    Options one = o;
+    one.nodes = 1;
+    one.tuning = "own";
+    reference.emplace(total, one);
+  }
+  uint64_t hits = 0, refs = 0;
+  absl::flat_hash_map<uint64_t, uint64_t> parent_id;  // block id -> the id before it (0: head)
+  for (const TraceRequest& req : trace) {
+    const std::vector<uint64_t>& ids = req.blocks;
+    for (size_t j = 0; j < ids.size(); ++j) parent_id.emplace(ids[j], j == 0 ? 0 : ids[j - 1]);
+    if (reference.has_value()) {
+      reference->Request(ids);
+      cluster.FollowTuning(reference->Policy(0));
+    }
+    hits += cluster.Request(ids);
+    refs += ids.size();
+    if (o.tuning == "leader") cluster.FollowTuning(cluster.Policy(0));
+  }
   Result r;
   r.hit_ratio = refs == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(refs);
-  r.unreachable = live == 0 ? 0.0 : static_cast<double>(unreachable) / static_cast<double>(live);
+  r.unreachable = cluster.Unreachable(parent_id);
+  r.tuning = cluster.Tuning();
   return r;
 }
 
@@ -226,7 +298,17 @@ int main(int argc, char** argv) {
   app.add_flag("--no-hint", no_hint, "each node's last block of a put is last_in_call");
   app.add_flag("--parent-across-calls", o.parent_across_calls,
                "a put's first block names the node's last matched block as its parent");
+  app.add_option("--tuning", o.tuning,
+                 "lrfu: own (each node tunes itself), leader (the others follow node 0's half-life "
+                 "and unseen age after each request, as the sharded client makes them) or "
+                 "reference (every node follows a one-node reference of the whole capacity)")
+      ->check(CLI::IsMember({"own", "leader", "reference"}));
+  turbokv::bench::AddLrfuOptions(app, &o.lrfu);
   CLI11_PARSE(app, argc, argv);
+  if (absl::Status valid = o.lrfu.Validate(); !valid.ok()) {
+    std::fprintf(stderr, "%s\n", valid.ToString().c_str());
+    return 2;
+  }
   o.touch_past_match = !no_touch_past_match;
   o.hint = !no_hint;
   for (const std::string& path : traces) {
@@ -237,16 +319,18 @@ int main(int argc, char** argv) {
       Options one = o;
       one.nodes = 1;
       const Result base = Run(trace, total, one);
-      std::printf("%s %g%% %s: 1 node %.4f\n", path.c_str(), percent, o.policy.c_str(),
-                  base.hit_ratio);
+      std::printf("%s %g%% %s: 1 node %.4f%s%s\n", path.c_str(), percent, o.policy.c_str(),
+                  base.hit_ratio, base.tuning.empty() ? "" : ", h/age/changes ",
+                  base.tuning.c_str());
       for (size_t n : node_counts) {
         for (size_t s : segments) {
           Options c = o;
           c.nodes = n;
           c.segment = s;
           const Result r = Run(trace, total, c);
-          std::printf("  %zu nodes S=%zu: %.4f (%.3fx), %.1f%% of live blocks unreachable\n", n, s,
-                      r.hit_ratio, r.hit_ratio / base.hit_ratio, 100 * r.unreachable);
+          std::printf("  %zu nodes S=%zu: %.4f (%.3fx), %.1f%% of live blocks unreachable%s%s\n", n,
+                      s, r.hit_ratio, r.hit_ratio / base.hit_ratio, 100 * r.unreachable,
+                      r.tuning.empty() ? "" : ", h/age/changes ", r.tuning.c_str());
         }
       }
       std::fflush(stdout);

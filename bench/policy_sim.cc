@@ -17,6 +17,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "bench/lrfu_cli.h"
 #include "bench/mooncake_trace.h"
 #include "nlohmann/json.hpp"
 #include "server/storage/eviction_policy.h"
@@ -59,25 +60,7 @@ int main(int argc, char** argv) {
                "Lookup, GetBlocks and PutBlocks carry request numbers of their own");
   app.add_flag("--no-get-hits", no_get_hits, "GetBlocks does not report hits again");
   app.add_option("--json", json_out, "also write the figures as JSON here");
-  app.add_option("--lrfu-half-lives", lrfu_options.half_lives,
-                 "lrfu: candidate half-lives, in turnovers of the capacity")
-      ->delimiter(',');
-  app.add_option("--lrfu-initial-half-life", lrfu_options.initial_half_life,
-                 "lrfu: half-life until the shadows decide");
-  app.add_option("--lrfu-ghost-ratio", lrfu_options.ghost_ratio,
-                 "lrfu: ghost entries per block of capacity");
-  app.add_option("--lrfu-max-unseen-age", lrfu_options.max_unseen_age,
-                 "lrfu: largest age, in turnovers, a block with no ghost enters with (0: off)");
-  app.add_option("--lrfu-unseen-age-step", lrfu_options.unseen_age_step,
-                 "lrfu: change of the unseen age per ghost found, turnovers per block");
-  app.add_option("--lrfu-shadow-blocks", lrfu_options.shadow_blocks,
-                 "lrfu: sampled blocks per shadow cache");
-  app.add_option("--lrfu-epoch", lrfu_options.epoch_turnovers,
-                 "lrfu: turnovers between half-life decisions");
-  app.add_option("--lrfu-score-window", lrfu_options.score_window_turnovers,
-                 "lrfu: shadow score window, in shadow turnovers");
-  app.add_option("--lrfu-switch-margin", lrfu_options.switch_margin,
-                 "lrfu: z-score a shadow must beat the current half-life by");
+  turbokv::bench::AddLrfuOptions(app, &lrfu_options);
   CLI11_PARSE(app, argc, argv);
   if (absl::Status valid = lrfu_options.Validate(); !valid.ok()) {
     std::fprintf(stderr, "%s\n", valid.ToString().c_str());

@@ -148,12 +148,18 @@ grpc::ServerUnaryReactor* TurboKvService::Lookup(grpc::CallbackServerContext* co
             return absl::InvalidArgumentError(absl::StrCat("block_hashes[", i, "]: ", s.message()));
           }
         }
+        // The cluster's tuning first, so this call's hits are ranked by it.
+        if (req.follow_tuning.has_value()) ctx_->store->FollowPolicyTuning(*req.follow_tuning);
         TURBOKV_ASSIGN_OR_RETURN(size_t matched,
                                  ctx_->store->Lookup(ns->id, req.block_hashes, req.lease_seconds));
         const uint64_t block_tokens = ns->descriptor.block_tokens();
         v1::LookupResponse out;
         out.set_matched_blocks(static_cast<uint32_t>(matched));
         out.set_matched_tokens(matched * block_tokens);
+        if (const std::optional<PolicyTuning> tuning = ctx_->store->policy_tuning()) {
+          out.mutable_tuning()->set_half_life(tuning->half_life);
+          out.mutable_tuning()->set_unseen_age(tuning->unseen_age);
+        }
         bool own = false;
         if (!grpc::SerializationTraits<v1::LookupResponse>::Serialize(out, response, &own).ok()) {
           return absl::InternalError("LookupResponse did not serialize");

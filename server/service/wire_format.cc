@@ -22,6 +22,8 @@ constexpr uint32_t kLookupBlockHashesTag = WireFormatLite::MakeTag(
     v1::LookupRequest::kBlockHashesFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 constexpr uint32_t kLookupLeaseSecondsTag = WireFormatLite::MakeTag(
     v1::LookupRequest::kLeaseSecondsFieldNumber, WireFormatLite::WIRETYPE_VARINT);
+constexpr uint32_t kLookupFollowTuningTag = WireFormatLite::MakeTag(
+    v1::LookupRequest::kFollowTuningFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 constexpr uint32_t kGetBlocksDataTag = WireFormatLite::MakeTag(
     v1::GetBlocksResponse::kDataFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 
@@ -59,11 +61,16 @@ absl::Status ParseLookupRequest(std::string_view bytes, LookupRequestView* out) 
   if (bytes.size() > static_cast<size_t>(INT_MAX)) return NotALookupRequest("over 2 GiB");
   CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
                       static_cast<int>(bytes.size()));
+  v1::PolicyTuning tuning;
+  bool has_tuning = false;
   for (;;) {
     const uint32_t tag = in.ReadTag();
     switch (tag) {
       case 0:  // the end of the message, or a tag that is not one
-        if (in.ConsumedEntireMessage()) return absl::OkStatus();
+        if (in.ConsumedEntireMessage()) {
+          if (has_tuning) out->follow_tuning = PolicyTuning{tuning.half_life(), tuning.unseen_age()};
+          return absl::OkStatus();
+        }
         return NotALookupRequest("truncated tag or field number 0");
       case kLookupNamespaceIdTag:
         if (!in.ReadLittleEndian64(&out->namespace_id)) {
@@ -76,6 +83,19 @@ absl::Status ParseLookupRequest(std::string_view bytes, LookupRequestView* out) 
         const int at = in.CurrentPosition();  // the array's offset: views stay in `bytes`
         if (!in.Skip(size)) return NotALookupRequest("truncated bytes");
         out->block_hashes.push_back(bytes.substr(at, size));
+        break;
+      }
+      case kLookupFollowTuningTag: {
+        // A message field seen more than once merges, as protobuf does.
+        int size = 0;
+        if (!in.ReadVarintSizeAsInt(&size)) return NotALookupRequest("truncated message length");
+        const int at = in.CurrentPosition();
+        if (!in.Skip(size)) return NotALookupRequest("truncated message");
+        CodedInputStream sub(reinterpret_cast<const uint8_t*>(bytes.data()) + at, size);
+        if (!tuning.MergeFromCodedStream(&sub) || !sub.ConsumedEntireMessage()) {
+          return NotALookupRequest("malformed follow_tuning");
+        }
+        has_tuning = true;
         break;
       }
       case kLookupLeaseSecondsTag:

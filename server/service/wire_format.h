@@ -13,11 +13,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/storage/eviction_policy.h"
 #include "turbokv/v1/turbokv.pb.h"
 
 namespace turbokv::server {
@@ -40,6 +42,7 @@ struct LookupRequestView {
   uint64_t namespace_id = 0;
   std::vector<std::string_view> block_hashes;  // views into the parsed bytes, in order
   uint32_t lease_seconds = 0;
+  std::optional<PolicyTuning> follow_tuning;  // set when the request has one
 };
 
 // Parses `bytes` (a serialized LookupRequest, which must outlive *out) into *out, with

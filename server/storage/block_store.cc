@@ -709,6 +709,17 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
   return out;
 }
 
+std::optional<PolicyTuning> BlockStore::policy_tuning() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return policy_->tuning();
+}
+
+void BlockStore::FollowPolicyTuning(const PolicyTuning& tuning) {
+  if (options_.ignore_client_tuning) return;
+  std::lock_guard<std::mutex> l(mu_);
+  policy_->FollowTuning(tuning);
+}
+
 absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
                                           absl::Span<const std::string_view> hashes,
                                           uint32_t lease_seconds) {

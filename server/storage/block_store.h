@@ -286,6 +286,12 @@ class BlockStore {
                                               absl::Span<const std::string_view> hashes,
                                               uint32_t lease_seconds);
 
+  // The eviction policy's tuning (nullopt with LRU), and taking another node's instead of the
+  // policy's own choice (a cluster's nodes follow one node's: LookupRequest.follow_tuning;
+  // EvictionPolicy::FollowTuning).
+  std::optional<PolicyTuning> policy_tuning() const;
+  void FollowPolicyTuning(const PolicyTuning& tuning);
+
   // Deletes the blocks that exist (one write); returns how many did. NotFound: namespace.
   [[nodiscard]] absl::StatusOr<uint64_t> DeleteBlocks(uint64_t namespace_id,
                                                       absl::Span<const std::string_view> hashes);

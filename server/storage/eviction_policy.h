@@ -52,6 +52,13 @@ struct RequestInfo {
   bool last_in_call = false;
 };
 
+// What a policy chose to rank blocks by, where it adapts (LrfuPolicy): the nodes of a cluster
+// share one node's choice (LookupRequest.follow_tuning, docs/cluster.md).
+struct PolicyTuning {
+  double half_life = 0;   // turnovers of the capacity in blocks
+  double unseen_age = 0;  // turnovers of the capacity in blocks
+};
+
 // Why a block is gone.
 enum class EraseReason {
   kEvicted,  // chosen by SelectVictims
@@ -104,6 +111,12 @@ class EvictionPolicy {
   // A hint: slots [0, slots) are about to be inserted (the store's recovery), so per-slot
   // arrays are sized once instead of grown by doubling (which leaves up to half unused).
   virtual void Reserve(size_t slots) { (void)slots; }
+  // The policy's current tuning; nullopt for a policy that has none (LRU).
+  virtual std::optional<PolicyTuning> tuning() const { return std::nullopt; }
+  // Takes `tuning` (another node's choice) instead of choosing one itself for a while (LrfuPolicy:
+  // one turnover of the capacity after the last call). Values out of the policy's range are
+  // ignored or clamped. No-op for a policy without tuning.
+  virtual void FollowTuning(const PolicyTuning& tuning) { (void)tuning; }
   // A hint: `slot` is inserted or hit soon (the store's recovery hands blocks over in a random
   // slot order), so its per-slot state may be loaded into the cache now. Changes nothing.
   virtual void Prefetch(uint32_t slot) const { (void)slot; }

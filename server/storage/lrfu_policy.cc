@@ -102,6 +102,10 @@ double LrfuPolicy::CapacityBlocks() const {
   return std::max(1.0, static_cast<double>(options_.capacity_bytes) / mean_charge);
 }
 
+double LrfuPolicy::EpochAccesses() const {
+  return std::max(256.0, options_.epoch_turnovers * CapacityBlocks());
+}
+
 double LrfuPolicy::HalfLifeAccesses() const { return std::max(1.0, half_life_ * CapacityBlocks()); }
 
 uint32_t LrfuPolicy::ParentOf(uint32_t slot) const {
@@ -246,9 +250,9 @@ void LrfuPolicy::CountGhost(uint32_t ghost_class, double delta) {
 }
 
 void LrfuPolicy::MaybeRetune() {
-  const double epoch = std::max(256.0, options_.epoch_turnovers * CapacityBlocks());
-  if (static_cast<double>(++since_retune_) < epoch) return;
+  if (static_cast<double>(++since_retune_) < EpochAccesses()) return;
   since_retune_ = 0;
+  if (clock_ < follow_until_) return;  // following another node's tuning
   const lrfu::ShadowCache* best = nullptr;
   const lrfu::ShadowCache* current = nullptr;
   for (const lrfu::ShadowCache& shadow : shadows_) {
@@ -263,6 +267,22 @@ void LrfuPolicy::MaybeRetune() {
   }
   const double from = HalfLifeAccesses();
   half_life_ = best->half_life();
+  ++half_life_changes_;
+  Rescale(from, HalfLifeAccesses());
+}
+
+void LrfuPolicy::FollowTuning(const PolicyTuning& tuning) {
+  if (std::isfinite(tuning.unseen_age)) {
+    unseen_age_ = std::clamp(tuning.unseen_age, 0.0, options_.max_unseen_age);
+  }
+  follow_until_ = clock_ + 4 * EpochAccesses();
+  if (tuning.half_life == half_life_ ||
+      std::find(options_.half_lives.begin(), options_.half_lives.end(), tuning.half_life) ==
+          options_.half_lives.end()) {
+    return;
+  }
+  const double from = HalfLifeAccesses();
+  half_life_ = tuning.half_life;
   ++half_life_changes_;
   Rescale(from, HalfLifeAccesses());
 }

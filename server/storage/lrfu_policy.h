@@ -21,6 +21,10 @@
 //   sizes its recency list, from which kind of ghost comes back: one evicted unused lowers it,
 //   one evicted after a use raises it. Where blocks seen once come back soon (a chat's next turn,
 //   with room for it) it goes to 0.
+// - Following: in a cluster, the nodes take one node's half-life and unseen age
+//   (FollowTuning, sent by the sharded client), so that the pieces of a chain on different
+//   nodes are ranked alike; nodes that tune apart hit 0.93-0.96x of one node of their total
+//   capacity in the cluster model, nodes that follow one 0.98-1.00x (docs/cluster.md).
 // - Adaptive H: eight shadow caches simulate H = {0, 1/4, 1/2, 1, 2, 4, 8, 16} turnovers of the
 //   capacity on a hashed sample of the blocks (lrfu_shadow.h); every epoch the policy takes the
 //   half-life of the shadow with the most recent hits and rescales every key to it (a monotone
@@ -122,6 +126,16 @@ class LrfuPolicy final : public EvictionPolicy {
   // The unseen age in use, in turnovers of the capacity (max_unseen_age).
   double unseen_age() const { return unseen_age_; }
   uint64_t half_life_changes() const { return half_life_changes_; }
+  std::optional<PolicyTuning> tuning() const override {
+    return PolicyTuning{half_life_, unseen_age_};
+  }
+  // A half-life that is not one of the options' half_lives is ignored (the unseen age is still
+  // taken, clamped to [0, max_unseen_age]; a NaN is ignored); the policy makes no half-life
+  // decision of its own for four epochs after the last call (0.4 turnovers at the default
+  // epoch_turnovers, at least 1,024 accesses), so it follows a node that keeps sending and
+  // tunes itself again once none does. A change of half-life rescales every key (O(live blocks
+  // + ghosts)), as the policy's own changes do.
+  void FollowTuning(const PolicyTuning& tuning) override;
   // The sampling rate of the shadows (a power of two <= 1).
   double sample_rate() const;
 
@@ -163,6 +177,7 @@ class LrfuPolicy final : public EvictionPolicy {
 
   double CapacityBlocks() const;
   double HalfLifeAccesses() const;
+  double EpochAccesses() const;  // counted accesses between half-life decisions
   double AbsKey(uint32_t slot) const { return base_ + nodes_[slot].key; }
   void SetKey(uint32_t slot, double key) { nodes_[slot].key = static_cast<float>(key - base_); }
   // One counted access: advances the clock, feeds the shadows, maybe changes the half-life.
@@ -196,6 +211,7 @@ class LrfuPolicy final : public EvictionPolicy {
   double unused_ghosts_ = 0;
   double used_ghosts_ = 0;
   uint64_t half_life_changes_ = 0;
+  double follow_until_ = -1;  // clock_ until which MaybeRetune leaves the half-life alone
   double clock_ = 0;  // counted accesses
   double base_ = 0;   // node and ghost keys are relative to it
   uint64_t since_retune_ = 0;

@@ -60,6 +60,11 @@ const OptionTable<StorageOptions>& StorageOptionTable() {
             "Which blocks go first when the store is full: lrfu (knows the prefix tree: a "
             "chain's tail before its head; recency and frequency weighed with a half-life it "
             "tunes itself; docs/cache.md) or lru (least recently used, in chain order)");
+    t->Switch("--ignore-client-tuning", "storage.ignore_client_tuning", &O::ignore_client_tuning,
+              "Keep tuning the lrfu policy here even when a sharded client sends the cluster's "
+              "tuning (LookupRequest.follow_tuning: the nodes of a cluster follow one node's "
+              "half-life and unseen age, so they rank the pieces of a chain alike; "
+              "docs/cluster.md)");
     t->Bytes("--segment-bytes", "storage.segment_bytes", &O::segment_bytes, uint64_t{1} << 20,
              uint64_t{4} << 30,
              "Size at which a value-log segment file is closed and the next one started");

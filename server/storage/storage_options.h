@@ -42,6 +42,9 @@ struct StorageOptions {
   // aware, recency and frequency with an adaptive half-life; lrfu_policy.h) or "lru" (the
   // order before issue 21). Default: "lrfu".
   std::string eviction_policy = "lrfu";
+  // Refuse LookupRequest.follow_tuning: the policy keeps tuning itself even when a sharded
+  // client sends the cluster's tuning node's choice (docs/cluster.md). Default: false.
+  bool ignore_client_tuning = false;
   // Default: kWal.
   Durability durability = Durability::kWal;
   // Bytes preallocated in <data_dir>/RESERVE and released when the disk fills (so RocksDB can

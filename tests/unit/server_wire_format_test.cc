@@ -29,6 +29,11 @@ void ExpectParsesLikeProtobuf(std::string_view bytes) {
   }
   EXPECT_EQ(v.namespace_id, m.namespace_id());
   EXPECT_EQ(v.lease_seconds, m.lease_seconds());
+  ASSERT_EQ(v.follow_tuning.has_value(), m.has_follow_tuning());
+  if (v.follow_tuning.has_value()) {
+    EXPECT_EQ(v.follow_tuning->half_life, m.follow_tuning().half_life());
+    EXPECT_EQ(v.follow_tuning->unseen_age, m.follow_tuning().unseen_age());
+  }
   ASSERT_EQ(v.block_hashes.size(), static_cast<size_t>(m.block_hashes_size()));
   for (int i = 0; i < m.block_hashes_size(); ++i) {
     EXPECT_EQ(v.block_hashes[i], m.block_hashes(i));
@@ -74,7 +79,7 @@ TEST(ServerWireFormatTest, LookupRequestParsesLikeProtobuf) {
   m.add_block_hashes("");
   m.set_lease_seconds(300);
   std::string bytes = m.SerializeAsString();
-  bytes += std::string("\x20\x07", 2);  // an unknown field 4 (varint) is skipped
+  bytes += std::string("\x20\x07", 2);  // field 4 (follow_tuning) as a varint: skipped
   LookupRequestView v;
   ASSERT_TRUE(ParseLookupRequest(bytes, &v).ok());
   EXPECT_EQ(v.namespace_id, m.namespace_id());
@@ -82,9 +87,23 @@ TEST(ServerWireFormatTest, LookupRequestParsesLikeProtobuf) {
   ASSERT_EQ(v.block_hashes.size(), static_cast<size_t>(m.block_hashes_size()));
   for (int i = 0; i < m.block_hashes_size(); ++i) EXPECT_EQ(v.block_hashes[i], m.block_hashes(i));
 
+  EXPECT_FALSE(v.follow_tuning.has_value());
+
+  m.mutable_follow_tuning()->set_half_life(8);
+  m.mutable_follow_tuning()->set_unseen_age(0.25);
+  ASSERT_TRUE(ParseLookupRequest(m.SerializeAsString(), &v).ok());
+  ASSERT_TRUE(v.follow_tuning.has_value());
+  EXPECT_EQ(v.follow_tuning->half_life, 8.0);
+  EXPECT_EQ(v.follow_tuning->unseen_age, 0.25);
+  m.mutable_follow_tuning()->Clear();  // present, every field default
+  ASSERT_TRUE(ParseLookupRequest(m.SerializeAsString(), &v).ok());
+  ASSERT_TRUE(v.follow_tuning.has_value());
+  EXPECT_EQ(v.follow_tuning->half_life, 0.0);
+
   ASSERT_TRUE(ParseLookupRequest("", &v).ok());  // the empty message: all defaults
   EXPECT_EQ(v.namespace_id, 0u);
   EXPECT_TRUE(v.block_hashes.empty());
+  EXPECT_FALSE(v.follow_tuning.has_value());
 
   for (const std::string& bad : {bytes.substr(0, bytes.size() - 3),  // inside the lease varint
                                  std::string("\x09\x01\x02", 3),     // short fixed64
@@ -119,10 +138,18 @@ TEST(ServerWireFormatTest, EveryPrefixParsesLikeProtobuf) {
   bytes += std::string("\x12\x00", 2);          // an empty hash
   bytes += std::string("\x18\xe0\xa7\x12", 4);  // lease_seconds = 300000 (the last wins)
   bytes += std::string("\x12\x01z", 3);         // a third hash
+  // follow_tuning twice: the messages merge (half_life from the first, unseen_age from both,
+  // the last wins), one with an unknown field inside.
+  bytes += std::string("\x22\x12\x09", 3) + std::string("\x00\x00\x00\x00\x00\x00\x20\x40", 8) +
+           std::string("\x11", 1) + std::string("\x00\x00\x00\x00\x00\x00\xd0\x3f", 8);
+  bytes += std::string("\x22\x0b\x11", 3) + std::string("\x00\x00\x00\x00\x00\x00\xe0\x3f", 8) +
+           std::string("\x18\x01", 2);
   v1::LookupRequest whole;                      // what the whole parses to
   ASSERT_TRUE(whole.ParseFromString(bytes));
   EXPECT_EQ(whole.lease_seconds(), 300000u);
   EXPECT_EQ(whole.block_hashes_size(), 3);
+  EXPECT_EQ(whole.follow_tuning().half_life(), 8.0);
+  EXPECT_EQ(whole.follow_tuning().unseen_age(), 0.5);
   for (size_t n = 0; n <= bytes.size(); ++n) {
     ExpectParsesLikeProtobuf(std::string_view(bytes).substr(0, n));
   }
@@ -143,6 +170,10 @@ TEST(ServerWireFormatTest, MalformedParsesLikeProtobuf) {
            std::string("\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11),  // of 2^64 - 1
            std::string("\x3a\x80\x80\x80\x80\x10", 6) + "zz",   // unknown bytes of 2^32
            std::string("\x09\x01\x02\x03\x04\x05\x06\x07", 8),  // namespace one byte short
+           std::string("\x22\x03\x09\x01\x02", 5),  // follow_tuning: a double cut short
+           std::string("\x22\x02\x00\x00", 4),      // follow_tuning: field number 0 inside
+           std::string("\x22\x01\x0c", 3),           // follow_tuning: a stray end-group inside
+           std::string("\x22\x05\x09\x01", 4),      // follow_tuning past the end
        }) {
     ExpectParsesLikeProtobuf(bad);
     LookupRequestView v;

@@ -3,6 +3,7 @@
 // from SelectVictims), LRFU's behaviour on small hand-made cases, and trace replays in-process
 // (eviction_replay.h) that compare LRFU with LRU and Belady on the public Mooncake trace.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -120,9 +121,13 @@ TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
       for (uint32_t s : out) {
         ASSERT_TRUE(parent_of.contains(s)) << "slot " << s << " is not live";
         EXPECT_TRUE(evictable(s));
-        if (tenant.has_value()) EXPECT_EQ(tenant_of[s], *tenant);
+        if (tenant.has_value()) {
+          EXPECT_EQ(tenant_of[s], *tenant);
+        }
         for (const auto& [c, p] : parent_of) {
-          if (p == s) EXPECT_TRUE(listed_so_far.contains(c)) << s << " before its child " << c;
+          if (p == s) {
+            EXPECT_TRUE(listed_so_far.contains(c)) << s << " before its child " << c;
+          }
         }
         EXPECT_FALSE(listed_so_far.contains(s)) << "listed twice";
         listed_so_far.insert(s);
@@ -264,6 +269,77 @@ TEST(LrfuPolicyTest, TheUnseenAgeAdaptsToWhichGhostsComeBack) {
   request = 1;
   UseEvictAndStoreAgain(q, 0, 100, &request);
   EXPECT_EQ(q.unseen_age(), 0.0);
+}
+
+TEST(LrfuPolicyTest, FollowsAnotherNodesTuningThenTunesItselfAgain) {
+  // 64 blocks of capacity, half-lives 0 (LRU's order) and 16 turnovers. A loop over 48 blocks
+  // after 32 blocks were used 20 times each: with H = 16 the old blocks' counts keep half the
+  // capacity and the loop misses; with H = 0 the loop fits, so the policy's shadows choose 0.
+  LrfuOptions lo;
+  lo.capacity_bytes = 64;
+  lo.half_lives = {0, 16};
+  lo.initial_half_life = 0;
+  LrfuPolicy p(lo);
+  ASSERT_TRUE(p.tuning().has_value());
+  EXPECT_EQ(p.tuning()->half_life, 0.0);
+  EXPECT_EQ(p.tuning()->unseen_age, 0.0);
+  absl::flat_hash_map<uint64_t, uint32_t> slot_of;
+  std::vector<uint64_t> id_of;
+  uint64_t request = 1;
+  auto access = [&](uint64_t id) {
+    if (auto it = slot_of.find(id); it != slot_of.end()) {
+      p.OnHit(it->second, kNoSlot, id, Request(request++));
+      return;
+    }
+    if (p.charged_bytes() + 1 > lo.capacity_bytes) {
+      std::vector<uint32_t> out;
+      p.SelectVictims(
+          1, std::nullopt, [](uint32_t) { return true; }, &out);
+      for (uint32_t v : out) {
+        p.OnErase(v, id_of[v], EraseReason::kEvicted);
+        slot_of.erase(id_of[v]);
+        slot_of.emplace(id, v);
+        id_of[v] = id;
+        p.OnInsert(v, kNoSlot, id, 1, 0, Request(request++));
+        return;
+      }
+    }
+    const auto slot = static_cast<uint32_t>(id_of.size());
+    id_of.push_back(id);
+    slot_of.emplace(id, slot);
+    p.OnInsert(slot, kNoSlot, id, 1, 0, Request(request++));
+  };
+  for (int round = 0; round < 20; ++round) {
+    for (uint64_t id = 1; id <= 32; ++id) access(id);
+  }
+  p.FollowTuning({16, 0.5});
+  EXPECT_EQ(p.tuning()->half_life, 16.0);
+  EXPECT_EQ(p.tuning()->unseen_age, 0.5);
+  const uint64_t changes = p.half_life_changes();
+  // Four epochs of 256 accesses with no decision of its own: the loop runs at H = 16.
+  for (int i = 0; i < 1000; ++i) access(1000 + i % 48);
+  EXPECT_EQ(p.half_life(), 16.0);
+  EXPECT_EQ(p.half_life_changes(), changes);
+  // Then its own shadows take it back to 0.
+  for (int i = 0; i < 3000; ++i) access(1000 + i % 48);
+  EXPECT_EQ(p.half_life(), 0.0);
+  EXPECT_GT(p.half_life_changes(), changes);
+
+  // A half-life that is not a candidate is ignored, the age clamped (a NaN age ignored).
+  p.FollowTuning({3, 7});
+  EXPECT_EQ(p.tuning()->half_life, 0.0);
+  EXPECT_EQ(p.tuning()->unseen_age, lo.max_unseen_age);
+  p.FollowTuning({16, std::nan("")});
+  EXPECT_EQ(p.tuning()->half_life, 16.0);
+  EXPECT_EQ(p.tuning()->unseen_age, lo.max_unseen_age);
+  p.FollowTuning({0, -1});
+  EXPECT_EQ(p.tuning()->unseen_age, 0.0);
+
+  // LRU has no tuning to share or follow.
+  LruPolicy lru;
+  EXPECT_FALSE(lru.tuning().has_value());
+  lru.FollowTuning({16, 0.5});
+  EXPECT_FALSE(lru.tuning().has_value());
 }
 
 TEST(LrfuPolicyTest, ABlockSeenOnceGoesBeforeOlderBlocksThatCameBack) {

@@ -24,6 +24,7 @@ _LAZY = {
     "ChainContext": ("turbokv.sharding", "ChainContext"),
     "LookupResult": ("turbokv.client", "LookupResult"),
     "NamespaceStats": ("turbokv.client", "NamespaceStats"),
+    "PolicyTuning": ("turbokv.client", "PolicyTuning"),
     "ServerStats": ("turbokv.client", "ServerStats"),
     "StatusCode": ("turbokv.errors", "StatusCode"),
     "TurboKVError": ("turbokv.errors", "TurboKVError"),

@@ -176,11 +176,23 @@ class BlockResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class PolicyTuning:
+    """What a server's LRFU eviction policy chose to rank blocks by (proto PolicyTuning):
+    ``half_life`` of a block's decayed access count and ``unseen_age`` of a block stored with no
+    history, both in turnovers of the server's capacity in blocks. A :class:`ShardedClient`
+    sends its cluster's tuning node's choice to the other nodes (docs/cluster.md)."""
+    half_life: float
+    unseen_age: float
+
+
+@dataclasses.dataclass(frozen=True)
 class LookupResult:
     """``matched_blocks`` leading hashes of the chain are stored; ``matched_tokens`` =
-    matched_blocks * block_tokens."""
+    matched_blocks * block_tokens; ``tuning``: the server's eviction-policy tuning after the
+    call (None from an LRU server, or from a ShardedClient)."""
     matched_blocks: int
     matched_tokens: int
+    tuning: PolicyTuning | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -580,17 +592,25 @@ class Client(AsyncCalls):
     # -- lookup / get ------------------------------------------------------------------------
     def lookup(self, namespace_id: int, hashes: Sequence[bytes], lease_seconds: int = 0,
                timeout: float | None = None, *,
-               chain: ChainContext | None = None) -> LookupResult:
+               chain: ChainContext | None = None,
+               follow_tuning: PolicyTuning | None = None) -> LookupResult:
         """How many leading hashes of the prefix chain are stored (index only).
 
         ``lease_seconds`` > 0 pins the matched blocks against eviction until a get of them
-        or the lease ends. ``chain``: ignored (as in put_blocks). Raises TurboKVError
-        NOT_FOUND for an unknown namespace."""
+        or the lease ends. ``chain``: ignored (as in put_blocks). ``follow_tuning``: the
+        server's eviction policy takes this tuning instead of its own choice (what a
+        ShardedClient sends; ignored by an LRU server or one started with
+        ``--ignore-client-tuning``). Raises TurboKVError NOT_FOUND for an unknown namespace."""
         req = pb.LookupRequest(namespace_id=_uint("namespace_id", namespace_id, 64),
                                block_hashes=_block_hashes(hashes),
                                lease_seconds=_uint("lease_seconds", lease_seconds))
+        if follow_tuning is not None:
+            req.follow_tuning.half_life = follow_tuning.half_life
+            req.follow_tuning.unseen_age = follow_tuning.unseen_age
         resp = self._call(lambda t: self._stub.Lookup(req, timeout=t), self._deadline(timeout))
-        return LookupResult(resp.matched_blocks, resp.matched_tokens)
+        tuning = (PolicyTuning(resp.tuning.half_life, resp.tuning.unseen_age)
+                  if resp.HasField("tuning") else None)
+        return LookupResult(resp.matched_blocks, resp.matched_tokens, tuning)
 
     def get_blocks(self, namespace_id: int, hashes: Sequence[bytes], dtype: str | None = None,
                    layers: Layers = None, timeout: float | None = None,

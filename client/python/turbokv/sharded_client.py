@@ -38,6 +38,9 @@ order:
   With R >= 2 a node's first miss does not end the chain, so owners whose answer is still
   unknown at the first unresolved block are asked again from there (one more round per such
   block; R = 1 always takes one round).
+* One tuning for the cluster: each lookup sends the other nodes the eviction-policy tuning
+  (half-life, unseen age) that the cluster's tuning node (``sharding.tuning_node``) returned
+  last, so every node ranks the pieces of a chain alike (docs/cluster.md).
 * ``register_namespace`` registers on every node; a node that later answers NOT_FOUND (a new
   pod, a wiped volume) gets the namespace registered again, then the call is retried once.
 
@@ -74,6 +77,7 @@ from .client import (
     LookupResult,
     NamespaceInfo,
     NamespaceStats,
+    PolicyTuning,
     ServerStats,
     _block_hashes,
 )
@@ -142,6 +146,9 @@ class ShardedClient(AsyncCalls):
         self._down_until: dict[str, float] = {}
         self._namespaces: dict[int, dict] = {}  # id -> register_namespace kwargs
         self._block_tokens: dict[int, int] = {}
+        # The tuning node's last eviction-policy tuning (keyed by that node, so a new tuning
+        # node starts with nothing to send): docs/cluster.md, "One tuning for the cluster".
+        self._tuning: dict[str, PolicyTuning] = {}
         self._nodes: list[str] = []
         self._resolved_at = 0.0
         self._fan_pool = concurrent.futures.ThreadPoolExecutor(max_workers=16,
@@ -412,10 +419,16 @@ class ShardedClient(AsyncCalls):
         answered = [False]
         tokens_per_block = [self._block_tokens.get(namespace_id)]
 
+        # One tuning for the cluster: the tuning node's last answer goes to the others.
+        leader = sharding.tuning_node(nodes)
+        with self._lock:
+            follow = self._tuning.get(leader)
+
         def ask(node):
             ps = positions[node][cursor[node]:]
             return self._on_node(node, namespace_id, lambda c: c.lookup(
-                namespace_id, [hashes[p] for p in ps], lease_seconds, timeout))
+                namespace_id, [hashes[p] for p in ps], lease_seconds, timeout,
+                follow_tuning=None if node == leader else follow))
 
         def run(round_nodes):
             results = self._fan_out_fn(round_nodes, ask)
@@ -427,6 +440,9 @@ class ShardedClient(AsyncCalls):
                     cursor[node] = len(positions[node])
                     continue
                 answered[0] = True
+                if node == leader and r.tuning is not None:
+                    with self._lock:
+                        self._tuning = {leader: r.tuning}
                 m = r.matched_blocks
                 if m and r.matched_tokens:
                     tokens_per_block[0] = r.matched_tokens // m

@@ -65,6 +65,18 @@ def owners(node_ids: Sequence[str], block_hash: bytes, replicas: int) -> list[st
     return rank(node_ids, block_hash)[:max(1, int(replicas))]
 
 
+#: The key the cluster's tuning node is ranked by (docs/cluster.md, "One tuning for the
+#: cluster"): its eviction-policy tuning is sent to the other nodes with their Lookups.
+TUNING_KEY = b"turbokv/policy-tuning"
+
+
+def tuning_node(node_ids: Sequence[str]) -> str | None:
+    """The node whose eviction-policy tuning the others follow: the first of the rank of
+    :data:`TUNING_KEY` (so every client picks the same one, and a membership change moves it only
+    when that node leaves or a node that outranks it joins). None for no nodes."""
+    return rank(node_ids, TUNING_KEY)[0] if node_ids else None
+
+
 @dataclasses.dataclass(frozen=True)
 class ChainContext:
     """Where a call's ``hashes`` sit in their prefix chain (placement needs it).
