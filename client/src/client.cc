@@ -360,7 +360,7 @@ absl::StatusOr<LookupResult> Client::DoLookup(uint64_t namespace_id,
                                               uint32_t lease_seconds, const CallOptions& call,
                                               const ChainContext& /*chain*/) const {
   const grpc::ByteBuffer req =
-      internal::SerializeLookupRequest(namespace_id, hashes, lease_seconds);
+      internal::SerializeLookupRequest(namespace_id, hashes, lease_seconds, call.follow_tuning);
   v1::LookupResponse resp;
   TURBOKV_RETURN_IF_ERROR(impl_->Retry(impl_->Deadline(call), [&](grpc::ClientContext* ctx) {
     const Impl::Connection& conn = impl_->Pick();
@@ -371,7 +371,11 @@ absl::StatusOr<LookupResult> Client::DoLookup(uint64_t namespace_id,
     return absl::InternalError(absl::StrCat("Lookup matched ", resp.matched_blocks(),
                                             " blocks of a chain of ", hashes.size()));
   }
-  return LookupResult{resp.matched_blocks(), resp.matched_tokens()};
+  LookupResult out{resp.matched_blocks(), resp.matched_tokens(), std::nullopt};
+  if (resp.has_tuning()) {
+    out.tuning = PolicyTuning{resp.tuning().half_life(), resp.tuning().unseen_age()};
+  }
+  return out;
 }
 
 absl::StatusOr<GetBlocksResult> Client::DoGetBlocks(uint64_t namespace_id,

@@ -61,6 +61,11 @@ std::vector<size_t> RendezvousOwners(absl::Span<const std::string> node_ids,
   return rank;
 }
 
+size_t TuningNode(absl::Span<const std::string> node_ids) {
+  if (node_ids.empty()) return 0;
+  return RendezvousRank(node_ids, kTuningKey)[0];
+}
+
 absl::Status ValidateSegmentBlocks(int segment_blocks) {
   if (segment_blocks < 1 || segment_blocks > kMaxSegmentBlocks) {
     return absl::InvalidArgumentError(absl::StrCat("segment_blocks must be in [1, ",

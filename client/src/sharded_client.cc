@@ -93,6 +93,10 @@ struct ShardedClient::Impl {
   absl::flat_hash_map<std::string, absl::Time> down_until;        // guarded by mu
   absl::flat_hash_map<uint64_t, NamespaceDescriptor> namespaces;  // guarded by mu
   absl::flat_hash_map<uint64_t, uint32_t> block_tokens;           // guarded by mu
+  // The tuning node's last eviction-policy tuning, and that node (a new tuning node starts
+  // with nothing to send): docs/cluster.md, "One tuning for the cluster". Guarded by mu.
+  std::string tuning_node;
+  std::optional<PolicyTuning> tuning;
 
   absl::Status SetNodes(std::vector<std::string> new_nodes) {
     std::lock_guard<std::mutex> lock(mu);
@@ -386,6 +390,13 @@ absl::StatusOr<LookupResult> ShardedClient::DoLookup(uint64_t namespace_id,
   bool answered = false;
   std::vector<absl::Status> first_errors;
   std::vector<std::string> first_asked;
+  // One tuning for the cluster: the tuning node's last answer goes to the others.
+  const size_t leader = TuningNode(nodes);
+  std::optional<PolicyTuning> follow;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (leader < nodes.size() && impl_->tuning_node == nodes[leader]) follow = impl_->tuning;
+  }
 
   // Asks each node in `ask` about its hashes from its cursor on; records what it says.
   auto run = [&](const std::vector<size_t>& ask) -> absl::Status {
@@ -396,9 +407,12 @@ absl::StatusOr<LookupResult> ShardedClient::DoLookup(uint64_t namespace_id,
           for (size_t p = cursor[k]; p < positions[k].size(); ++p) {
             hs.push_back(hashes[positions[k][p]]);
           }
+          CallOptions node_call = call;
+          node_call.follow_tuning = k == leader ? std::nullopt : follow;
           return impl_->OnNode<LookupResult>(
-              nodes[k], *clients[k], namespace_id,
-              [&](const Client& c) { return c.Lookup(namespace_id, hs, lease_seconds, call); });
+              nodes[k], *clients[k], namespace_id, [&](const Client& c) {
+                return c.Lookup(namespace_id, hs, lease_seconds, node_call);
+              });
         });
     for (size_t j = 0; j < ask.size(); ++j) {
       const size_t k = ask[j];
@@ -412,6 +426,11 @@ absl::StatusOr<LookupResult> ShardedClient::DoLookup(uint64_t namespace_id,
         continue;
       }
       answered = true;
+      if (k == leader && r->tuning.has_value()) {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->tuning_node = nodes[k];
+        impl_->tuning = r->tuning;
+      }
       first_errors.push_back(absl::OkStatus());
       first_asked.push_back(nodes[k]);
       const size_t m = std::min<size_t>(r->matched_blocks, positions[k].size() - cursor[k]);

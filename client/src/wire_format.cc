@@ -134,7 +134,8 @@ grpc::ByteBuffer SerializeWithData(const google::protobuf::MessageLite& fields, 
 }
 
 grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id, absl::Span<const std::string> hashes,
-                                        uint32_t lease_seconds) {
+                                        uint32_t lease_seconds,
+                                        const std::optional<PolicyTuning>& follow_tuning) {
   // Sized as protobuf sizes the message (proto3 leaves zero scalars off the wire), then
   // written with its primitives in field order, straight into the slice.
   size_t size = 0;
@@ -149,6 +150,18 @@ grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id, absl::Span<const 
     size += WireFormatLite::TagSize(Lookup::kLeaseSecondsFieldNumber, WireFormatLite::TYPE_UINT32) +
             WireFormatLite::UInt32Size(lease_seconds);
   }
+  // follow_tuning: a message of two doubles (proto3: a zero one left off).
+  const size_t double_size =
+      WireFormatLite::TagSize(v1::PolicyTuning::kHalfLifeFieldNumber, WireFormatLite::TYPE_DOUBLE) +
+      WireFormatLite::kDoubleSize;
+  size_t tuning_size = 0;
+  if (follow_tuning.has_value()) {
+    if (follow_tuning->half_life != 0) tuning_size += double_size;
+    if (follow_tuning->unseen_age != 0) tuning_size += double_size;
+    size +=
+        WireFormatLite::TagSize(Lookup::kFollowTuningFieldNumber, WireFormatLite::TYPE_MESSAGE) +
+        WireFormatLite::LengthDelimitedSize(tuning_size);
+  }
   grpc::Slice slice(size);
   auto* at = const_cast<uint8_t*>(slice.begin());
   if (namespace_id != 0) {
@@ -158,7 +171,21 @@ grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id, absl::Span<const 
     at = WireFormatLite::WriteBytesToArray(Lookup::kBlockHashesFieldNumber, h, at);
   }
   if (lease_seconds != 0) {
-    WireFormatLite::WriteUInt32ToArray(Lookup::kLeaseSecondsFieldNumber, lease_seconds, at);
+    at = WireFormatLite::WriteUInt32ToArray(Lookup::kLeaseSecondsFieldNumber, lease_seconds, at);
+  }
+  if (follow_tuning.has_value()) {
+    at = WireFormatLite::WriteTagToArray(Lookup::kFollowTuningFieldNumber,
+                                         WireFormatLite::WIRETYPE_LENGTH_DELIMITED, at);
+    at = google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(
+        static_cast<uint32_t>(tuning_size), at);
+    if (follow_tuning->half_life != 0) {
+      at = WireFormatLite::WriteDoubleToArray(v1::PolicyTuning::kHalfLifeFieldNumber,
+                                              follow_tuning->half_life, at);
+    }
+    if (follow_tuning->unseen_age != 0) {
+      WireFormatLite::WriteDoubleToArray(v1::PolicyTuning::kUnseenAgeFieldNumber,
+                                         follow_tuning->unseen_age, at);
+    }
   }
   return grpc::ByteBuffer(&slice, 1);
 }

@@ -14,6 +14,7 @@
 #define TURBOKV_CLIENT_SRC_WIRE_FORMAT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "absl/types/span.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "turbokv/client/client.h"
 
 namespace turbokv::client::internal {
 
@@ -50,9 +52,9 @@ struct WireChunk {
 
 // A serialized LookupRequest (turbokv.proto) of the chain `hashes`, written in one buffer with
 // no per-hash allocation; the same bytes as protobuf's.
-[[nodiscard]] grpc::ByteBuffer SerializeLookupRequest(uint64_t namespace_id,
-                                                      absl::Span<const std::string> hashes,
-                                                      uint32_t lease_seconds);
+[[nodiscard]] grpc::ByteBuffer SerializeLookupRequest(
+    uint64_t namespace_id, absl::Span<const std::string> hashes, uint32_t lease_seconds,
+    const std::optional<PolicyTuning>& follow_tuning = std::nullopt);
 
 }  // namespace turbokv::client::internal
 

@@ -68,7 +68,8 @@ absl::Status ParseLookupRequest(std::string_view bytes, LookupRequestView* out) 
     switch (tag) {
       case 0:  // the end of the message, or a tag that is not one
         if (in.ConsumedEntireMessage()) {
-          if (has_tuning) out->follow_tuning = PolicyTuning{tuning.half_life(), tuning.unseen_age()};
+          if (has_tuning)
+            out->follow_tuning = PolicyTuning{tuning.half_life(), tuning.unseen_age()};
           return absl::OkStatus();
         }
         return NotALookupRequest("truncated tag or field number 0");

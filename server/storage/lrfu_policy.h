@@ -212,8 +212,8 @@ class LrfuPolicy final : public EvictionPolicy {
   double used_ghosts_ = 0;
   uint64_t half_life_changes_ = 0;
   double follow_until_ = -1;  // clock_ until which MaybeRetune leaves the half-life alone
-  double clock_ = 0;  // counted accesses
-  double base_ = 0;   // node and ghost keys are relative to it
+  double clock_ = 0;          // counted accesses
+  double base_ = 0;           // node and ghost keys are relative to it
   uint64_t since_retune_ = 0;
   uint32_t sample_shift_ = 0;  // sampling rate 2^-sample_shift_ (only ever grows)
   size_t blocks_ = 0;

@@ -456,6 +456,46 @@ TEST_F(ClusterTest, ReplicatedLookupLooksPastEachNodesFirstMiss) {
   EXPECT_FALSE(GetPacked(*c, ns, {chain[k]}, *at_k)[0].has_value());
 }
 
+TEST_F(ClusterTest, EveryNodeFollowsTheTuningNodesChoice) {
+  // The tuning node is given a tuning here (its own choice, as far as the cluster knows); the
+  // first sharded Lookup learns it, the second sends it to the other two nodes.
+  std::unique_ptr<ShardedClient> c = Connect(1);
+  ASSERT_TRUE(c);
+  std::vector<std::vector<std::string>> chains;
+  const uint64_t ns = PutAll(*c, "tuning", &chains, 1);
+  ASSERT_FALSE(HasFailure());
+  const std::vector<std::string>& chain = chains[0];
+  std::vector<std::string> addresses;
+  for (const auto& node : nodes_) addresses.push_back(node->address());
+  const std::string leader = addresses[TuningNode(addresses)];
+  auto tuning_of = [&](const std::string& address, const CallOptions& call = {}) {
+    auto direct = Client::Connect(address);
+    EXPECT_TRUE(direct.ok()) << direct.status();
+    if (!direct.ok()) return std::optional<PolicyTuning>();
+    absl::StatusOr<LookupResult> r = (*direct)->Lookup(ns, {chain[0]}, 0, call);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->tuning : std::nullopt;
+  };
+  const PolicyTuning defaults{1, 0};
+  const PolicyTuning chosen{16, 0.5};
+  CallOptions follow;
+  follow.follow_tuning = chosen;
+  EXPECT_EQ(tuning_of(leader, follow), chosen);
+  for (const std::string& a : addresses) {
+    if (a != leader) {
+      EXPECT_EQ(tuning_of(a), defaults) << a;
+    }
+  }
+  EXPECT_EQ(Lookup(*c, ns, chain), chain.size());
+  for (const std::string& a : addresses) {
+    if (a != leader) {
+      EXPECT_EQ(tuning_of(a), defaults) << a;
+    }
+  }
+  EXPECT_EQ(Lookup(*c, ns, chain), chain.size());
+  for (const std::string& a : addresses) EXPECT_EQ(tuning_of(a), chosen) << a;
+}
+
 // Segment placement with segment_blocks 16: chains of 48 blocks (3 segments) sharing
 // their first 20 blocks, so the second segment straddles the fork.
 class SegmentTest : public ClusterTest {

@@ -183,3 +183,16 @@ def test_segments_keep_rendezvous_remapping():
                 assert b == after[-1]
                 moved += 1
     assert abs(moved / total - 0.25) < 0.04, moved / total
+
+
+def test_tuning_node_is_the_first_of_the_tuning_keys_rank():
+    # The same nodes as tests/unit/client_sharding_test.cc pins for TuningNode.
+    a = ["10.0.0.1:50051", "10.0.0.2:50051", "10.0.0.3:50051"]
+    assert sharding.tuning_node(a) == "10.0.0.2:50051"
+    b = ["turbokv-0:50051", "turbokv-1:50051", "turbokv-2:50051", "turbokv-3:50051"]
+    assert sharding.tuning_node(b) == "turbokv-1:50051"
+    assert sharding.tuning_node(b) == sharding.rank(b, sharding.TUNING_KEY)[0]
+    # Dropping another node keeps it; dropping it moves it to the next of the rank.
+    assert sharding.tuning_node([b[0], b[1], b[3]]) == "turbokv-1:50051"
+    assert sharding.tuning_node([b[0], b[2], b[3]]) == "turbokv-2:50051"
+    assert sharding.tuning_node([]) is None

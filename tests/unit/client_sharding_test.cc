@@ -65,6 +65,20 @@ TEST(RendezvousTest, MatchesSharedVectors) {
   }
 }
 
+TEST(RendezvousTest, TuningNodeIsTheFirstOfTheTuningKeysRank) {
+  // The same nodes as tests/python/test_cluster_rendezvous.py pins for sharding.tuning_node.
+  const std::vector<std::string> a = {"10.0.0.1:50051", "10.0.0.2:50051", "10.0.0.3:50051"};
+  EXPECT_EQ(TuningNode(a), 1u);
+  const std::vector<std::string> b = {"turbokv-0:50051", "turbokv-1:50051", "turbokv-2:50051",
+                                      "turbokv-3:50051"};
+  EXPECT_EQ(TuningNode(b), 1u);
+  EXPECT_EQ(TuningNode(b), RendezvousRank(b, kTuningKey)[0]);
+  // Dropping another node keeps it; dropping it moves it to the next of the rank.
+  EXPECT_EQ(b[TuningNode({b[0], b[1], b[3]})], b[1]);
+  EXPECT_EQ(b[TuningNode({b[0], b[2], b[3]})], b[2]);
+  EXPECT_EQ(TuningNode({}), 0u);
+}
+
 TEST(RendezvousTest, WeightMatchesIndependentSha256) {
   // `printf '127.0.0.1:50051\0' + bytes 0..31 | sha256sum`, first 16 hex digits (coreutils).
   std::string hash;

@@ -78,6 +78,19 @@ TEST(WireFormatTest, LookupRequestIsTheMessagesSerialization) {
     }
   }
   EXPECT_EQ(Flatten(SerializeLookupRequest(0, {}, 0)), "");
+  // With a tuning to follow (a zero field left off, as protobuf does; both zero: an empty
+  // message that is still there).
+  for (const PolicyTuning& t :
+       {PolicyTuning{8, 0.25}, PolicyTuning{0, 1}, PolicyTuning{16, 0}, PolicyTuning{0, 0}}) {
+    v1::LookupRequest m;
+    m.set_namespace_id(7);
+    for (const std::string& h : hashes) m.add_block_hashes(h);
+    m.set_lease_seconds(30);
+    m.mutable_follow_tuning()->set_half_life(t.half_life);
+    m.mutable_follow_tuning()->set_unseen_age(t.unseen_age);
+    EXPECT_EQ(Flatten(SerializeLookupRequest(7, hashes, 30, t)), m.SerializeAsString())
+        << t.half_life << " " << t.unseen_age;
+  }
 }
 
 TEST(WireFormatTest, ResponseParsesFromAnySplit) {

@@ -52,6 +52,7 @@ const std::map<std::string, Pinned>& PinnedFlags() {
       {"--high-watermark", {"0.995", "0.01..1", U::kFraction}},
       {"--low-watermark", {"0.99", "0.01..1", U::kFraction}},
       {"--eviction-policy", {"lrfu", "one of lrfu, lru", U::kNone}},
+      {"--ignore-client-tuning", {"false", "", U::kNone}},
       {"--segment-bytes", {"256MiB", "1MiB..4GiB", U::kBytes}},
       {"--read-cache-bytes", {"64MiB", ">= 0", U::kBytes}},
       {"--durability", {"wal", "one of none, wal, fsync", U::kNone}},

@@ -144,7 +144,7 @@ TEST(ServerWireFormatTest, EveryPrefixParsesLikeProtobuf) {
            std::string("\x11", 1) + std::string("\x00\x00\x00\x00\x00\x00\xd0\x3f", 8);
   bytes += std::string("\x22\x0b\x11", 3) + std::string("\x00\x00\x00\x00\x00\x00\xe0\x3f", 8) +
            std::string("\x18\x01", 2);
-  v1::LookupRequest whole;                      // what the whole parses to
+  v1::LookupRequest whole;  // what the whole parses to
   ASSERT_TRUE(whole.ParseFromString(bytes));
   EXPECT_EQ(whole.lease_seconds(), 300000u);
   EXPECT_EQ(whole.block_hashes_size(), 3);
@@ -170,10 +170,10 @@ TEST(ServerWireFormatTest, MalformedParsesLikeProtobuf) {
            std::string("\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11),  // of 2^64 - 1
            std::string("\x3a\x80\x80\x80\x80\x10", 6) + "zz",   // unknown bytes of 2^32
            std::string("\x09\x01\x02\x03\x04\x05\x06\x07", 8),  // namespace one byte short
-           std::string("\x22\x03\x09\x01\x02", 5),  // follow_tuning: a double cut short
-           std::string("\x22\x02\x00\x00", 4),      // follow_tuning: field number 0 inside
-           std::string("\x22\x01\x0c", 3),           // follow_tuning: a stray end-group inside
-           std::string("\x22\x05\x09\x01", 4),      // follow_tuning past the end
+           std::string("\x22\x03\x09\x01\x02", 5),              // follow_tuning: a double cut short
+           std::string("\x22\x02\x00\x00", 4),  // follow_tuning: field number 0 inside
+           std::string("\x22\x01\x0c", 3),      // follow_tuning: a stray end-group inside
+           std::string("\x22\x05\x09\x01", 4),  // follow_tuning past the end
        }) {
     ExpectParsesLikeProtobuf(bad);
     LookupRequestView v;

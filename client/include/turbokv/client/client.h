@@ -127,9 +127,23 @@ struct BlockPutResult {
   uint64_t stored_bytes = 0;  // packed bytes stored (when OK)
 };
 
+// What a server's LRFU eviction policy chose to rank blocks by (proto PolicyTuning): both in
+// turnovers of the server's capacity in blocks. ShardedClient sends its cluster's tuning node's
+// choice to the other nodes (docs/cluster.md, "One tuning for the cluster").
+struct PolicyTuning {
+  double half_life = 0;   // of a block's decayed access count
+  double unseen_age = 0;  // of a block stored with no history
+  friend bool operator==(const PolicyTuning& a, const PolicyTuning& b) {
+    return a.half_life == b.half_life && a.unseen_age == b.unseen_age;
+  }
+};
+
 struct LookupResult {
   uint32_t matched_blocks = 0;  // leading hashes of the chain that are stored
   uint64_t matched_tokens = 0;  // matched_blocks * block_tokens
+  // The server's eviction-policy tuning after the call; nullopt from an LRU server and from
+  // ShardedClient.
+  std::optional<PolicyTuning> tuning = std::nullopt;
 };
 
 // What GetBlocks asks for.
@@ -241,6 +255,11 @@ struct CallOptions {
   // last, partly filled block (docs/cluster.md, "Placement"). Ignored by other calls. Default:
   // false.
   bool chain_continues = false;
+  // Lookup: the server's eviction policy takes this tuning instead of its own choice
+  // (LookupRequest.follow_tuning; ShardedClient sets it on the nodes other than the tuning
+  // node). Ignored by an LRU server, one started with --ignore-client-tuning, and other calls.
+  // Default: none.
+  std::optional<PolicyTuning> follow_tuning = std::nullopt;
 };
 
 // The client interface that both Client (one server) and ShardedClient (a cluster) implement:

@@ -58,6 +58,14 @@ std::vector<size_t> RendezvousRank(absl::Span<const std::string> node_ids,
 std::vector<size_t> RendezvousOwners(absl::Span<const std::string> node_ids,
                                      absl::string_view block_hash, int replicas);
 
+// The key the cluster's tuning node is ranked by (docs/cluster.md, "One tuning for the
+// cluster"): the first node of its rank is the one whose eviction-policy tuning ShardedClient
+// sends to the others with their Lookups. The same in client/python/turbokv/sharding.py.
+inline constexpr absl::string_view kTuningKey = "turbokv/policy-tuning";
+// Index into node_ids of the tuning node (the first of kTuningKey's rank); node_ids.size() when
+// empty.
+size_t TuningNode(absl::Span<const std::string> node_ids);
+
 // Default segment_blocks: 1, each block by its own hash. It balances the nodes' loads best and
 // hits best in the cache replay benchmark; longer segments ask fewer nodes per Lookup for a
 // lower hit ratio (docs/cluster.md, "Placement").

@@ -32,6 +32,10 @@
 //                 of whose owners has it. With R >= 2 one node's miss does not end the chain,
 //                 so owners still unknown at the first unresolved block are asked again from
 //                 there (R = 1 always takes one round).
+//                 Each Lookup also sends the other nodes the eviction-policy tuning the
+//                 cluster's tuning node (TuningNode) returned last (CallOptions::follow_tuning),
+//                 so every node ranks the pieces of a chain alike (docs/cluster.md, "One
+//                 tuning for the cluster").
 //   RegisterNamespace  on every node; a node that later answers NotFound for a namespace this
 //                 client registered (a new pod, a wiped volume) gets it registered again and
 //                 the call is retried once on it.
