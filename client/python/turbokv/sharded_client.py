@@ -422,7 +422,7 @@ class ShardedClient(AsyncCalls):
         # One tuning for the cluster: the tuning node's last answer goes to the others.
         leader = sharding.tuning_node(nodes)
         with self._lock:
-            follow = self._tuning.get(leader)
+            follow = self._tuning.get(leader) if leader is not None else None
 
         def ask(node):
             ps = positions[node][cursor[node]:]
