@@ -11,12 +11,17 @@
 // call its own request number, parents only within a call (the server's ChainCursor), only the
 // chain's last block last_in_call (the chain_continues hint; --no-hint: each node's
 // last). Also prints, at the end of a run, the share of live blocks no Lookup can reach (a block
-// before them in their chain is gone from its node).
+// before them in their chain is gone from its node), and each LRFU node's half-life / unseen
+// age / half-life changes. --tuning says how the LRFU nodes tune: each its own way, following
+// node 0 (what the sharded clients make servers do: docs/cluster.md, "One tuning for the
+// cluster"), or following a one-node reference of the whole capacity; --lrfu-* set the policy's
+// options as turbokv-policy-sim's do.
 //
 // A model for trying cluster ideas in seconds; the figures that count come from the cache replay
 // benchmark against real servers (bench/cache_replay, docs/cluster.md).
 //
 //   build/bin/turbokv-cluster-policy-sim --trace t.jsonl --capacity 10,25 --segment-blocks 1,16
+//   build/bin/turbokv-cluster-policy-sim --trace t.jsonl --capacity 10,25 --tuning leader
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -111,7 +116,7 @@ class Cluster {
   std::string Tuning() const;
 
  private:
-  const Options& o_;
+  const Options o_;
   std::vector<Node> nodes_;
   uint64_t call_ = 0;
   std::vector<size_t> owner_;

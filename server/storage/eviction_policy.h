@@ -114,8 +114,8 @@ class EvictionPolicy {
   // The policy's current tuning; nullopt for a policy that has none (LRU).
   virtual std::optional<PolicyTuning> tuning() const { return std::nullopt; }
   // Takes `tuning` (another node's choice) instead of choosing one itself for a while (LrfuPolicy:
-  // one turnover of the capacity after the last call). Values out of the policy's range are
-  // ignored or clamped. No-op for a policy without tuning.
+  // four epochs after the last call). Values out of the policy's range are ignored or clamped.
+  // No-op for a policy without tuning.
   virtual void FollowTuning(const PolicyTuning& tuning) { (void)tuning; }
   // A hint: `slot` is inserted or hit soon (the store's recovery hands blocks over in a random
   // slot order), so its per-slot state may be loaded into the cache now. Changes nothing.

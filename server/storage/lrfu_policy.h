@@ -23,8 +23,8 @@
 //   with room for it) it goes to 0.
 // - Following: in a cluster, the nodes take one node's half-life and unseen age
 //   (FollowTuning, sent by the sharded client), so that the pieces of a chain on different
-//   nodes are ranked alike; nodes that tune apart hit 0.93-0.96x of one node of their total
-//   capacity in the cluster model, nodes that follow one 0.98-1.00x (docs/cluster.md).
+//   nodes are ranked alike; in the cluster model three nodes that tune apart hit down to 0.93x
+//   of one node of their total capacity, three that follow one 0.98-1.00x (docs/cluster.md).
 // - Adaptive H: eight shadow caches simulate H = {0, 1/4, 1/2, 1, 2, 4, 8, 16} turnovers of the
 //   capacity on a hashed sample of the blocks (lrfu_shadow.h); every epoch the policy takes the
 //   half-life of the shadow with the most recent hits and rescales every key to it (a monotone
