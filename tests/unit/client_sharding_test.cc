@@ -73,9 +73,12 @@ TEST(RendezvousTest, TuningNodeIsTheFirstOfTheTuningKeysRank) {
                                       "turbokv-3:50051"};
   EXPECT_EQ(TuningNode(b), 1u);
   EXPECT_EQ(TuningNode(b), RendezvousRank(b, kTuningKey)[0]);
-  // Dropping another node keeps it; dropping it moves it to the next of the rank.
-  EXPECT_EQ(b[TuningNode({b[0], b[1], b[3]})], b[1]);
-  EXPECT_EQ(b[TuningNode({b[0], b[2], b[3]})], b[2]);
+  // Dropping another node keeps it; dropping it moves it to the next of the rank (the
+  // index is into the list given).
+  const std::vector<std::string> without_0 = {b[0], b[1], b[3]};
+  EXPECT_EQ(without_0[TuningNode(without_0)], b[1]);
+  const std::vector<std::string> without_1 = {b[0], b[2], b[3]};
+  EXPECT_EQ(without_1[TuningNode(without_1)], b[2]);
   EXPECT_EQ(TuningNode({}), 0u);
 }
 
