@@ -147,7 +147,7 @@ size_t Cluster::Request(const std::vector<uint64_t>& ids) {
       if (!o_.touch_past_match && j >= m) break;
       auto it = nodes_[n].slot_of.find(ids[j]);
       if (it == nodes_[n].slot_of.end()) break;
-      nodes_[n].policy->OnHit(it->second, parent, ids[j] + 1, info);
+      nodes_[n].policy->OnHit(it->second, parent, ids[j] + 1, /*charge=*/1, info);
       parent = it->second;
     }
   }
@@ -160,7 +160,7 @@ size_t Cluster::Request(const std::vector<uint64_t>& ids) {
     for (size_t j = 0; j < m; ++j) {
       if (owner_[j] != n) continue;
       const uint32_t s = node.slot_of.at(ids[j]);
-      node.policy->OnHit(s, parent, ids[j] + 1, info);
+      node.policy->OnHit(s, parent, ids[j] + 1, /*charge=*/1, info);
       parent = s;
     }
     info.request = ++call_;
@@ -174,7 +174,7 @@ size_t Cluster::Request(const std::vector<uint64_t>& ids) {
       if (owner_[j] != n) continue;
       info.last_in_call = o_.hint ? j + 1 == ids.size() : j == last_here;
       if (auto it = node.slot_of.find(ids[j]); it != node.slot_of.end()) {
-        node.policy->OnHit(it->second, parent, ids[j] + 1, info);
+        node.policy->OnHit(it->second, parent, ids[j] + 1, /*charge=*/1, info);
         own.insert(it->second);
         parent = it->second;
         continue;
@@ -183,9 +183,11 @@ size_t Cluster::Request(const std::vector<uint64_t>& ids) {
         victims_.clear();
         node.policy->SelectVictims(
             node.policy->charged_bytes() + 1 - node.capacity, std::nullopt,
-            [&own](uint32_t s) { return !own.contains(s); }, &victims_);
+            [&own](uint32_t s) { return !own.contains(s); }, [](uint32_t) { return 1u; },
+            &victims_);
         for (uint32_t v : victims_) {
-          node.policy->OnErase(v, node.id_of[v] + 1, turbokv::server::EraseReason::kEvicted);
+          node.policy->OnErase(v, node.id_of[v] + 1, /*charge=*/1,
+                               turbokv::server::EraseReason::kEvicted);
           node.slot_of.erase(node.id_of[v]);
           node.free_slots.push_back(v);
         }

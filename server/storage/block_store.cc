@@ -111,7 +111,7 @@ uint64_t BlockStore::Fingerprint(uint32_t slot) const {
 
 void BlockStore::Forget(uint32_t slot, EraseReason reason) {
   if (namespaces_->TtlSeconds(index_.namespace_id(slot)) != 0 && ttl_blocks_ > 0) --ttl_blocks_;
-  policy_->OnErase(slot, Fingerprint(slot), reason);
+  policy_->OnErase(slot, Fingerprint(slot), PolicyCharge(slot), reason);
   leases_.erase(slot);
   dirty_access_.erase(slot);
   index_.Erase(slot);
@@ -568,9 +568,7 @@ std::vector<absl::Status> BlockStore::PutBlocks(uint64_t namespace_id,
       }
       RequestInfo info = InfoFor(*chain, now);
       info.last_in_call = k + 1 == accepted.size() && chain->call_ends_request;
-      policy_->OnInsert(slot, parent, Fingerprint(slot),
-                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX)),
-                        tenant, info);
+      policy_->OnInsert(slot, parent, Fingerprint(slot), PolicyCharge(slot), tenant, info);
       chain->own.insert(slot);
       chain->last_slot = slot;
       chain->last_sequence = records[k].sequence;
@@ -684,7 +682,8 @@ absl::StatusOr<std::vector<std::optional<PinnedValue>>> BlockStore::GetPinnedBlo
       leases_.erase(p.slot);
       Touched(p.slot, now, /*refresh_access_time=*/true);
       QueueExpiry(p.slot);
-      policy_->OnHit(p.slot, parent, Fingerprint(p.slot), InfoFor(*chain, now));
+      policy_->OnHit(p.slot, parent, Fingerprint(p.slot), PolicyCharge(p.slot),
+                     InfoFor(*chain, now));
       chain->last_slot = p.slot;
       chain->last_sequence = p.sequence;
     }
@@ -754,7 +753,7 @@ absl::StatusOr<size_t> BlockStore::Lookup(uint64_t namespace_id,
           index_.at(cursor.last_slot).sequence() == cursor.last_sequence) {
         parent = cursor.last_slot;
       }
-      policy_->OnHit(slot, parent, Fingerprint(slot), InfoFor(cursor, now));
+      policy_->OnHit(slot, parent, Fingerprint(slot), PolicyCharge(slot), InfoFor(cursor, now));
       Touched(slot, now, /*refresh_access_time=*/false);
       cursor.last_slot = slot;
       cursor.last_sequence = index_.at(slot).sequence();

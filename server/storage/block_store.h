@@ -68,6 +68,7 @@
 #ifndef TURBOKV_SERVER_STORAGE_BLOCK_STORE_H_
 #define TURBOKV_SERVER_STORAGE_BLOCK_STORE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -339,6 +340,10 @@ class BlockStore {
   // A 64-bit hash of the block's storage key (namespace id, block hash): the policy's name for
   // it across evictions (EvictionPolicy::OnInsert).
   uint64_t Fingerprint(uint32_t slot) const;
+  // The block's charge as the policy is told it (every event passes it: the policy keeps none).
+  uint32_t PolicyCharge(uint32_t slot) const {
+    return static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX));
+  }
   void Forget(uint32_t slot, EraseReason reason);
   // Claims keys for a write: waits on busy_cv_ while any is claimed by another writer, then
   // marks them all. Requires mu_ (held by `l`). ReleaseKeys requires mu_.

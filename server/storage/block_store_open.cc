@@ -276,9 +276,7 @@ absl::Status BlockStore::Recover() {
             const uint32_t slot =
                 index_.Insert(ns, std::string_view(b.hash, b.hash_bytes), m.sequence, where,
                               static_cast<uint32_t>(std::max<int64_t>(b.last_access, 0)));
-            order.push_back(RestartRecord{
-                touch, Fingerprint(slot), slot,
-                static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX))});
+            order.push_back(RestartRecord{touch, Fingerprint(slot), slot, PolicyCharge(slot)});
             if (cached_ttl != 0) {
               ++ttl_blocks_;
               QueueExpiry(slot);
@@ -413,9 +411,8 @@ absl::Status BlockStore::MigrateLegacyValues(std::vector<std::string> keys) {
       const uint32_t slot =
           index_.Insert(records[k].namespace_id, records[k].hash, records[k].sequence, placed[k],
                         static_cast<uint32_t>(std::max<int64_t>(now, 0)));
-      policy_->OnInsert(slot, kNoSlot, Fingerprint(slot),
-                        static_cast<uint32_t>(std::min<uint64_t>(index_.charge(slot), UINT32_MAX)),
-                        index_.tenant(slot), RequestInfo{});
+      policy_->OnInsert(slot, kNoSlot, Fingerprint(slot), PolicyCharge(slot), index_.tenant(slot),
+                        RequestInfo{});
       if (namespaces_->TtlSeconds(records[k].namespace_id) != 0) {
         ++ttl_blocks_;
         QueueExpiry(slot);

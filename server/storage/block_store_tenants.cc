@@ -57,10 +57,11 @@ std::vector<uint32_t> BlockStore::PickQuotaVictims(uint32_t tenant, uint64_t val
   const double ratio =
       u.value_bytes > 0 ? static_cast<double>(u.charge) / static_cast<double>(u.value_bytes) : 1.0;
   auto ask = static_cast<uint64_t>(static_cast<double>(value_bytes) * std::max(ratio, 1.0)) + 1;
+  auto charge_of = [this](uint32_t slot) { return PolicyCharge(slot); };
   std::vector<uint32_t> out;
   for (;;) {
     out = prior;
-    const uint64_t listed = policy_->SelectVictims(ask, tenant, evictable, &out);
+    const uint64_t listed = policy_->SelectVictims(ask, tenant, evictable, charge_of, &out);
     // Any prefix of the list is safe to evict (children come before their parents).
     uint64_t freed = 0;
     size_t k = prior.size();
@@ -80,6 +81,7 @@ std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t p
   // The policy sees `prior` and each step's picks as listed already (their parents can follow);
   // what is returned is the new part.
   std::vector<uint32_t> out = prior;
+  auto charge_of = [this](uint32_t slot) { return PolicyCharge(slot); };
   auto fresh_part = [&] {
     return std::vector<uint32_t>(out.begin() + static_cast<ptrdiff_t>(prior.size()), out.end());
   };
@@ -101,7 +103,7 @@ std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t p
   }
   if (loads.size() <= 1) {
     // One tenant: the global policy, exactly as without tenants.
-    policy_->SelectVictims(bytes, std::nullopt, evictable, &out);
+    policy_->SelectVictims(bytes, std::nullopt, evictable, charge_of, &out);
     return fresh_part();
   }
   for (Load& load : loads) {
@@ -143,7 +145,7 @@ std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t p
     const auto excess = static_cast<uint64_t>(load->charge - static_cast<int64_t>(load->share));
     const size_t first = out.size();
     const uint64_t want = std::min(excess, bytes - freed);
-    const uint64_t got = policy_->SelectVictims(want, load->tenant, fresh, &out);
+    const uint64_t got = policy_->SelectVictims(want, load->tenant, fresh, charge_of, &out);
     for (size_t k = first; k < out.size(); ++k) listed.insert(out[k]);
     freed += got;
     if (got < want) still_over = true;
@@ -151,10 +153,10 @@ std::vector<uint32_t> BlockStore::PickCapacityVictims(uint64_t bytes, uint32_t p
   if (freed < bytes) {
     // Then the putter's own blocks; another tenant's only when no tenant is above its share.
     const size_t first = out.size();
-    freed += policy_->SelectVictims(bytes - freed, putter, fresh, &out);
+    freed += policy_->SelectVictims(bytes - freed, putter, fresh, charge_of, &out);
     for (size_t k = first; k < out.size(); ++k) listed.insert(out[k]);
     if (freed < bytes && !still_over) {
-      policy_->SelectVictims(bytes - freed, std::nullopt, fresh, &out);
+      policy_->SelectVictims(bytes - freed, std::nullopt, fresh, charge_of, &out);
     }
   }
   return fresh_part();

@@ -70,7 +70,6 @@ void LruPolicy::OnInsert(uint32_t slot, uint32_t parent, uint64_t /*fingerprint*
   ++n.gen;
   n.parent = kNoSlot;
   n.children = 0;
-  n.charge = charge;
   n.tenant = tenant;
   Link(slot, parent);
   Place(slot, ParentOf(slot));
@@ -78,7 +77,7 @@ void LruPolicy::OnInsert(uint32_t slot, uint32_t parent, uint64_t /*fingerprint*
   bytes_ += charge;
 }
 
-void LruPolicy::OnHit(uint32_t slot, uint32_t parent, uint64_t /*fingerprint*/,
+void LruPolicy::OnHit(uint32_t slot, uint32_t parent, uint64_t /*fingerprint*/, uint32_t /*charge*/,
                       const RequestInfo& /*info*/) {
   if (!Live(slot)) return;
   Link(slot, parent);
@@ -86,7 +85,8 @@ void LruPolicy::OnHit(uint32_t slot, uint32_t parent, uint64_t /*fingerprint*/,
   Place(slot, parent != kNoSlot && ParentOf(slot) == parent ? parent : kNoSlot);
 }
 
-void LruPolicy::OnErase(uint32_t slot, uint64_t /*fingerprint*/, EraseReason /*reason*/) {
+void LruPolicy::OnErase(uint32_t slot, uint64_t /*fingerprint*/, uint32_t charge,
+                        EraseReason /*reason*/) {
   if (!Live(slot)) return;
   Unlink(slot);
   Unqueue(slot);
@@ -94,11 +94,12 @@ void LruPolicy::OnErase(uint32_t slot, uint64_t /*fingerprint*/, EraseReason /*r
   ++n.gen;  // even: gone; children's links to it go stale
   n.children = 0;
   --blocks_;
-  bytes_ -= n.charge;
+  bytes_ -= charge;
 }
 
 uint64_t LruPolicy::SelectVictims(uint64_t bytes_needed, std::optional<uint32_t> tenant,
-                                  EvictablePredicate evictable, std::vector<uint32_t>* out) {
+                                  EvictablePredicate evictable, ChargeOf charge_of,
+                                  std::vector<uint32_t>* out) {
   // Blocks *out lists already (an earlier selection of the same eviction) count as listed.
   for (uint32_t s : *out) {
     if (const uint32_t p = Live(s) ? ParentOf(s) : kNoSlot; p != kNoSlot) --nodes_[p].children;
@@ -113,7 +114,7 @@ uint64_t LruPolicy::SelectVictims(uint64_t bytes_needed, std::optional<uint32_t>
       continue;
     }
     out->push_back(s);
-    listed += n.charge;
+    listed += charge_of(s);
     if (const uint32_t p = ParentOf(s); p != kNoSlot) --nodes_[p].children;
   }
   for (uint32_t s : *out) {

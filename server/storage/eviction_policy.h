@@ -69,6 +69,9 @@ enum class EraseReason {
 // Returns false for a slot that must not be evicted now (leased, written by a request in
 // flight, an earlier block of the putting request's own chain).
 using EvictablePredicate = absl::FunctionRef<bool(uint32_t slot)>;
+// The charge of live block `slot`: what OnInsert was given for it (the store reads it from its
+// index, so a policy need not keep one per block).
+using ChargeOf = absl::FunctionRef<uint32_t(uint32_t slot)>;
 
 class EvictionPolicy {
  public:
@@ -86,22 +89,24 @@ class EvictionPolicy {
                         uint32_t tenant, const RequestInfo& info) = 0;
   // Lookup matched live block `slot`, or GetBlocks returned it. `parent`: the previous block of
   // its chain (live), or kNoSlot when unknown or a chain's first block. Lookup reports its
-  // matched blocks in chain order.
-  virtual void OnHit(uint32_t slot, uint32_t parent, uint64_t fingerprint,
+  // matched blocks in chain order. `charge`: the block's, as at OnInsert.
+  virtual void OnHit(uint32_t slot, uint32_t parent, uint64_t fingerprint, uint32_t charge,
                      const RequestInfo& info) = 0;
   // Block `slot` is gone. Any live slot, leaf or not (its children lose their parent). No-op for
-  // a slot that is not live.
-  virtual void OnErase(uint32_t slot, uint64_t fingerprint, EraseReason reason) = 0;
+  // a slot that is not live. `charge`: the block's, as at OnInsert.
+  virtual void OnErase(uint32_t slot, uint64_t fingerprint, uint32_t charge,
+                       EraseReason reason) = 0;
 
   // Appends to *out live blocks for which `evictable` is true (and whose tenant is `tenant`
-  // when set), least valuable first, until their charges add up to at least `bytes_needed` or
-  // no such block is left; returns the charges listed (the appended ones). A block is listed
-  // only after all its live children, so evicting any prefix of the list in order never
-  // strands a child. Blocks *out holds already (live; an earlier selection for the same
+  // when set), least valuable first, until their charges (`charge_of`) add up to at least
+  // `bytes_needed` or no such block is left; returns the charges listed (the appended ones). A
+  // block is listed only after all its live children, so evicting any prefix of the list in order
+  // never strands a child. Blocks *out holds already (live; an earlier selection for the same
   // eviction, which `evictable` must refuse) count as listed: their parents can follow. Changes
   // nothing: the store evicts what it takes, calling OnErase(kEvicted) for each.
   virtual uint64_t SelectVictims(uint64_t bytes_needed, std::optional<uint32_t> tenant,
-                                 EvictablePredicate evictable, std::vector<uint32_t>* out) = 0;
+                                 EvictablePredicate evictable, ChargeOf charge_of,
+                                 std::vector<uint32_t>* out) = 0;
 
   // Live blocks and the sum of their charges.
   virtual size_t blocks() const = 0;
@@ -125,7 +130,7 @@ class EvictionPolicy {
 // Least recently used first, in chain order: a hit or a put places a block immediately less
 // recent than its parent (the most recent end when the parent is unknown), so a chain's later
 // blocks go before its earlier ones. This is the order BlockIndex kept before issue 21, the
-// baseline the other policies are measured against. 28 bytes per slot.
+// baseline the other policies are measured against. 24 bytes per slot.
 class LruPolicy final : public EvictionPolicy {
  public:
   LruPolicy() = default;
@@ -135,11 +140,12 @@ class LruPolicy final : public EvictionPolicy {
   std::string_view name() const override { return "lru"; }
   void OnInsert(uint32_t slot, uint32_t parent, uint64_t fingerprint, uint32_t charge,
                 uint32_t tenant, const RequestInfo& info) override;
-  void OnHit(uint32_t slot, uint32_t parent, uint64_t fingerprint,
+  void OnHit(uint32_t slot, uint32_t parent, uint64_t fingerprint, uint32_t charge,
              const RequestInfo& info) override;
-  void OnErase(uint32_t slot, uint64_t fingerprint, EraseReason reason) override;
+  void OnErase(uint32_t slot, uint64_t fingerprint, uint32_t charge, EraseReason reason) override;
   uint64_t SelectVictims(uint64_t bytes_needed, std::optional<uint32_t> tenant,
-                         EvictablePredicate evictable, std::vector<uint32_t>* out) override;
+                         EvictablePredicate evictable, ChargeOf charge_of,
+                         std::vector<uint32_t>* out) override;
   size_t blocks() const override { return blocks_; }
   uint64_t charged_bytes() const override { return bytes_; }
   size_t MemoryBytes() const override;
@@ -151,7 +157,6 @@ class LruPolicy final : public EvictionPolicy {
     uint32_t next = kNoSlot;  // less recently used neighbour
     uint32_t parent = kNoSlot;
     uint32_t children = 0;  // live children that name this node as parent
-    uint32_t charge = 0;
     uint32_t tenant = 0;
     uint8_t gen = 0;         // odd while live; bumped by insert and erase
     uint8_t parent_gen = 0;  // parent's gen when linked: a stale link is ignored

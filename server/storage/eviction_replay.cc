@@ -39,13 +39,13 @@ class BeladyPolicy final : public EvictionPolicy {
     ++blocks_;
     bytes_ += charge;
   }
-  void OnHit(uint32_t slot, uint32_t, uint64_t, const RequestInfo&) override {
+  void OnHit(uint32_t slot, uint32_t, uint64_t, uint32_t, const RequestInfo&) override {
     Node& n = nodes_[slot];
     order_.erase({n.next_use, n.depth, slot});
     n.next_use = next_use_;
     order_.insert({n.next_use, n.depth, slot});
   }
-  void OnErase(uint32_t slot, uint64_t, EraseReason) override {
+  void OnErase(uint32_t slot, uint64_t, uint32_t, EraseReason) override {
     if (slot >= nodes_.size() || !nodes_[slot].live) return;
     Node& n = nodes_[slot];
     order_.erase({n.next_use, n.depth, slot});
@@ -55,7 +55,8 @@ class BeladyPolicy final : public EvictionPolicy {
     bytes_ -= n.charge;
   }
   uint64_t SelectVictims(uint64_t bytes_needed, std::optional<uint32_t>,
-                         EvictablePredicate evictable, std::vector<uint32_t>* out) override {
+                         EvictablePredicate evictable, ChargeOf /*charge_of*/,
+                         std::vector<uint32_t>* out) override {
     // Furthest next use first; on equal next use the deeper block first, so a parent (whose
     // next use is never later than its child's) comes after its children.
     const size_t first = out->size();
@@ -138,7 +139,8 @@ ReplayResult Run(absl::Span<const TraceRequest> trace, EvictionPolicy& policy,
       const RequestInfo call_info = numbered(call);
       for (size_t j = 0; j < matched; ++j) {
         if (belady != nullptr) belady->set_next_use(next_use[event + j]);
-        policy.OnHit(chain[j], j == 0 ? kNoSlot : chain[j - 1], FingerprintOf(ids[j]), call_info);
+        policy.OnHit(chain[j], j == 0 ? kNoSlot : chain[j - 1], FingerprintOf(ids[j]), charge,
+                     call_info);
       }
     }
     event += matched;
@@ -157,7 +159,7 @@ ReplayResult Run(absl::Span<const TraceRequest> trace, EvictionPolicy& policy,
           j > 0 && (j > matched || options.parent_across_calls) ? chain[j - 1] : kNoSlot;
       const uint64_t fingerprint = FingerprintOf(ids[j]);
       if (auto it = slot_of.find(ids[j]); it != slot_of.end()) {
-        policy.OnHit(it->second, parent, fingerprint, put_info);
+        policy.OnHit(it->second, parent, fingerprint, charge, put_info);
         chain.push_back(it->second);
         own.insert(it->second);
         continue;
@@ -170,10 +172,11 @@ ReplayResult Run(absl::Span<const TraceRequest> trace, EvictionPolicy& policy,
           continue;
         }
         victims.clear();
-        policy.SelectVictims(policy.charged_bytes() + charge - options.capacity_bytes, std::nullopt,
-                             evictable, &victims);
+        policy.SelectVictims(
+            policy.charged_bytes() + charge - options.capacity_bytes, std::nullopt, evictable,
+            [charge](uint32_t) { return charge; }, &victims);
         for (uint32_t v : victims) {
-          policy.OnErase(v, FingerprintOf(id_of[v]), EraseReason::kEvicted);
+          policy.OnErase(v, FingerprintOf(id_of[v]), charge, EraseReason::kEvicted);
           slot_of.erase(id_of[v]);
           free_slots.push_back(v);
           ++result.evicted_blocks;

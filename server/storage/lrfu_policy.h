@@ -11,7 +11,8 @@
 //   ancestors weigh more without extra rules.
 // - A put call's last block (RequestInfo::last_in_call: usually the partly filled block a
 //   conversation's next turn does not repeat) starts as the least valuable.
-// - Ghosts: the keys of evicted blocks, by fingerprint (ghost_ratio per block of capacity); a
+// - Ghosts: evicted blocks by fingerprint (ghost_ratio per block of capacity), each with a 4-bit
+//   code of its key (steps of half a turnover, or of half a half-life when that is longer); a
 //   block stored again resumes its decayed value. This is the history that separates a block
 //   seen before from a new one (P(reused) 0.84 after two references vs 0.42 after one on the
 //   Mooncake trace).
@@ -31,12 +32,13 @@
 //   map, so no reordering). Chats and agent loops want H near 0 (their next turn reuses the
 //   newest blocks); Zipf-popular prompts and documents want a long H.
 //
-// Memory per block: 20-byte node (4 more for its tenant once a store has blocks of more than
-// one tenant), a 4-byte heap entry per leaf, ghost_ratio x 6 bytes of ghosts (24); the shadows are
-// bounded by shadow_blocks (about 0.5 MB each at the default), not by the store's size. Cost:
+// Memory per block: 16-byte node (4 more for its tenant once a store has blocks of more than
+// one tenant), a 4-byte heap entry per leaf, ghost_ratio x 2.5 bytes of ghosts (10); the shadows
+// are bounded by shadow_blocks (about 0.5 MB each at the default), not by the store's size. Cost:
 // OnInsert/OnHit/OnErase are O(log leaves) (a hit on an inner block is O(1)); a sampled access also
 // costs O(log shadow_blocks) per shadow; a change of half-life is O(live blocks + ghosts) and
-// happens at most once per epoch. Deterministic for a given input.
+// happens at most once per epoch; the ghosts' codes are shifted (O(ghosts)) every half turnover
+// (or half half-life) of accesses. Deterministic for a given input.
 //
 // Not thread-safe (see eviction_policy.h).
 #ifndef TURBOKV_SERVER_STORAGE_LRFU_POLICY_H_
@@ -63,7 +65,7 @@ struct LrfuOptions {
   std::vector<double> half_lives = {0, 0.25, 0.5, 1, 2, 4, 8, 16};
   // Half-life until the shadows have decided, in turnovers (one of half_lives). Default: 1.
   double initial_half_life = 1;
-  // Ghost entries per block of capacity (0: no ghosts), 6 bytes each. Default: 4 (24 bytes per
+  // Ghost entries per block of capacity (0: no ghosts), 2.5 bytes each. Default: 4 (10 bytes per
   // block: about four turnovers of evictions; on the Mooncake trace at 5% capacity, 61% of the
   // blocks used once and then again are so 2-10 capacities later).
   double ghost_ratio = 4;
@@ -107,11 +109,12 @@ class LrfuPolicy final : public EvictionPolicy {
   std::string_view name() const override { return "lrfu"; }
   void OnInsert(uint32_t slot, uint32_t parent, uint64_t fingerprint, uint32_t charge,
                 uint32_t tenant, const RequestInfo& info) override;
-  void OnHit(uint32_t slot, uint32_t parent, uint64_t fingerprint,
+  void OnHit(uint32_t slot, uint32_t parent, uint64_t fingerprint, uint32_t charge,
              const RequestInfo& info) override;
-  void OnErase(uint32_t slot, uint64_t fingerprint, EraseReason reason) override;
+  void OnErase(uint32_t slot, uint64_t fingerprint, uint32_t charge, EraseReason reason) override;
   uint64_t SelectVictims(uint64_t bytes_needed, std::optional<uint32_t> tenant,
-                         EvictablePredicate evictable, std::vector<uint32_t>* out) override;
+                         EvictablePredicate evictable, ChargeOf charge_of,
+                         std::vector<uint32_t>* out) override;
   size_t blocks() const override { return blocks_; }
   uint64_t charged_bytes() const override { return bytes_; }
   size_t MemoryBytes() const override;
@@ -141,16 +144,17 @@ class LrfuPolicy final : public EvictionPolicy {
 
  private:
   static constexpr uint32_t kLeafBit = 1u << 31;
+  // No charge: the store passes it with each event (its index holds it).
   struct Node {
     uint32_t parent = kNoSlot;
-    uint32_t charge_leaf = 0;      // charge (low 31 bits) | kLeafBit while a leaf
-    float key = 0;                 // LRFU key relative to base_
-    uint32_t pos_or_children = 0;  // leaf: its place in heap_; inner: live children naming it
-    uint16_t request = 0;          // low 14 bits of the last request that accessed it | flags
-    uint8_t gen = 0;               // odd while live; bumped by insert and erase
-    uint8_t parent_gen = 0;        // parent's gen when linked: a stale link is ignored
+    float key = 0;  // LRFU key relative to base_
+    // A leaf: kLeafBit | its place in heap_; an inner block: the live children naming it.
+    uint32_t pos_or_children = 0;
+    uint16_t request = 0;    // low 14 bits of the last request that accessed it | flags
+    uint8_t gen = 0;         // odd while live; bumped by insert and erase
+    uint8_t parent_gen = 0;  // parent's gen when linked: a stale link is ignored
   };
-  static_assert(sizeof(Node) == 20);
+  static_assert(sizeof(Node) == 16);
   // Node::request's low bits, and its flags: stored with no ghost and not used since; the last
   // block of its put call.
   static constexpr uint16_t kRequestMask = 0x3fff;
@@ -160,8 +164,8 @@ class LrfuPolicy final : public EvictionPolicy {
   uint32_t TenantOf(uint32_t slot) const { return slot < tenants_.size() ? tenants_[slot] : 0; }
 
   bool Live(uint32_t slot) const { return slot < nodes_.size() && (nodes_[slot].gen & 1) != 0; }
-  bool IsLeaf(uint32_t slot) const { return (nodes_[slot].charge_leaf & kLeafBit) != 0; }
-  uint32_t Charge(uint32_t slot) const { return nodes_[slot].charge_leaf & ~kLeafBit; }
+  bool IsLeaf(uint32_t slot) const { return (nodes_[slot].pos_or_children & kLeafBit) != 0; }
+  uint32_t HeapPos(uint32_t slot) const { return nodes_[slot].pos_or_children & ~kLeafBit; }
   uint32_t ParentOf(uint32_t slot) const;
   void Link(uint32_t slot, uint32_t parent);
   void Unlink(uint32_t slot);
@@ -190,6 +194,16 @@ class LrfuPolicy final : public EvictionPolicy {
   // Counts a ghost of class `ghost_class` (GhostClass) in or out.
   void CountGhost(uint32_t ghost_class, double delta);
   void Rescale(double from_half_life_accesses, double to_half_life_accesses);
+  // Ghost keys: the step the codes should have now (M / 2, M = max(half-life, capacity) in
+  // accesses); a key's code and a code's key; re-coding every ghost for a reference at the clock
+  // and that step, each key mapped by `map_key` first; moving the reference by whole steps
+  // towards the clock (or re-coding, when the step is off by more than 1/8).
+  double GhostStep() const;
+  uint32_t GhostCode(double key) const;
+  double GhostKey(uint32_t code) const;
+  template <typename Fn>
+  void Requantize(Fn map_key);
+  void MaybeMoveGhostReference();
   void Rebase();
 
   LrfuOptions options_;
@@ -213,7 +227,10 @@ class LrfuPolicy final : public EvictionPolicy {
   uint64_t half_life_changes_ = 0;
   double follow_until_ = -1;  // clock_ until which MaybeRetune leaves the half-life alone
   double clock_ = 0;          // counted accesses
-  double base_ = 0;           // node and ghost keys are relative to it
+  double base_ = 0;           // node keys are relative to it
+  // Ghost keys are codes of (key - ghost_reference_) / ghost_step_ (GhostCode, GhostKey).
+  double ghost_reference_ = 0;
+  double ghost_step_ = 1;
   uint64_t since_retune_ = 0;
   uint32_t sample_shift_ = 0;  // sampling rate 2^-sample_shift_ (only ever grows)
   size_t blocks_ = 0;

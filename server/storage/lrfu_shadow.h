@@ -185,10 +185,124 @@ class BasicGhostTable {
   std::vector<Bucket> buckets_;
   size_t size_ = 0;  // entries with a tag: Take skips the probe (a cache miss) when 0
 };
-// The shadows' ghosts (DropAtOrAbove needs whole 32-bit tags) and the policy's (one for each
-// block of capacity: 16-bit tags, 6 bytes an entry).
+// The shadows' ghosts (DropAtOrAbove needs whole 32-bit tags).
 using GhostTable = BasicGhostTable<uint32_t>;
-using CompactGhostTable = BasicGhostTable<uint16_t>;
+
+// The policy's ghosts, 2.5 bytes each: which blocks were evicted lately, a 2-bit class of each
+// (what the block was when evicted; LrfuPolicy's GhostClass) and a 4-bit code of its key (the
+// owner's quantization: LrfuPolicy keeps a reference and a step). Set-associative, buckets of 8
+// entries kept newest first: a 16-bit word per entry (a 14-bit tag of the fingerprint's mixed
+// high bits, the class) and a nibble of code. A full bucket drops its oldest ghost of the lowest
+// class, or the new ghost when its class is lower still (the ghosts of blocks used before are
+// the ones that come back). A tag collision (about 8 in 2^14 lookups of an absent fingerprint)
+// reports a ghost that is not there. The bucket is the mixed low 32 bits mapped onto the bucket
+// count by a multiply (Lemire's fast range reduction), so any count works.
+class CompactGhostTable {
+ public:
+  static constexpr uint32_t kCodes = 16;  // codes are 0..15
+
+  struct Ghost {
+    uint32_t ghost_class;  // 0..3
+    uint32_t code;         // 0..15
+  };
+
+  // Room for `entries` ghosts (rounded up to whole buckets of kWays); drops all.
+  void Resize(size_t entries) {
+    // Up to 2^32 buckets (the bucket comes from 32 bits of the hash).
+    buckets_.assign(std::min<size_t>((entries + kWays - 1) / kWays, size_t{1} << 32), Bucket{});
+    buckets_.shrink_to_fit();
+    size_ = 0;
+  }
+  size_t capacity() const { return buckets_.size() * kWays; }
+  size_t size() const { return size_; }  // ghosts held
+  // Adds `ghost` for `mixed` (Mix64 of the fingerprint) as the newest of its bucket. Returns the
+  // class of the ghost the table no longer holds because of this Put (an older ghost of the same
+  // tag, a full bucket's oldest of its lowest class, or this one's), or nullopt when nothing was
+  // lost.
+  std::optional<uint32_t> Put(uint64_t mixed, Ghost ghost) {
+    if (buckets_.empty()) return ghost.ghost_class;
+    const uint16_t tag = Tag(mixed);
+    Bucket& b = BucketOf(mixed);
+    size_t slot = kWays;  // the entry the shift below overwrites
+    for (size_t i = 0; i < kWays; ++i) {
+      if (b.words[i] == 0 || (b.words[i] >> 2) == tag) {
+        slot = i;
+        break;
+      }
+    }
+    if (slot == kWays) {
+      slot = kWays - 1;
+      for (size_t i = kWays - 1; i-- > 0;) {
+        if ((b.words[i] & 3u) < (b.words[slot] & 3u)) slot = i;
+      }
+      if (ghost.ghost_class < (b.words[slot] & 3u)) return ghost.ghost_class;
+    }
+    std::optional<uint32_t> lost;
+    if (b.words[slot] == 0) {
+      ++size_;
+    } else {
+      lost = b.words[slot] & 3u;
+    }
+    for (size_t i = slot; i > 0; --i) {
+      b.words[i] = b.words[i - 1];
+      b.SetCode(i, b.Code(i - 1));
+    }
+    b.words[0] = static_cast<uint16_t>((tag << 2) | (ghost.ghost_class & 3u));
+    b.SetCode(0, ghost.code);
+    return lost;
+  }
+  // The ghost of `mixed`, removed; nullopt when none.
+  std::optional<Ghost> Take(uint64_t mixed) {
+    if (size_ == 0) return std::nullopt;  // a store's recovery inserts millions with no ghost
+    const uint16_t tag = Tag(mixed);
+    Bucket& b = BucketOf(mixed);
+    for (size_t i = 0; i < kWays && b.words[i] != 0; ++i) {
+      if ((b.words[i] >> 2) != tag) continue;
+      const Ghost ghost{b.words[i] & 3u, b.Code(i)};
+      for (size_t j = i; j + 1 < kWays; ++j) {
+        b.words[j] = b.words[j + 1];
+        b.SetCode(j, b.Code(j + 1));
+      }
+      b.words[kWays - 1] = 0;
+      b.SetCode(kWays - 1, 0);
+      --size_;
+      return ghost;
+    }
+    return std::nullopt;
+  }
+  // Applies code = fn(code) to every ghost (fn: 0..15 -> 0..15; the owner's new quantization).
+  template <typename Fn>
+  void TransformCodes(Fn fn) {
+    for (Bucket& b : buckets_) {
+      for (size_t i = 0; i < kWays && b.words[i] != 0; ++i) b.SetCode(i, fn(b.Code(i)));
+    }
+  }
+  size_t MemoryBytes() const { return buckets_.capacity() * sizeof(Bucket); }
+
+ private:
+  static constexpr size_t kWays = 8;
+  struct Bucket {
+    uint16_t words[kWays] = {};     // tag << 2 | class, newest first; 0 = empty (tags are >= 1)
+    uint8_t codes[kWays / 2] = {};  // entry i's code: nibble i % 2 of codes[i / 2]
+    uint32_t Code(size_t i) const { return (codes[i / 2] >> (4 * (i % 2))) & 0xfu; }
+    void SetCode(size_t i, uint32_t code) {
+      const unsigned shift = 4 * (i % 2);
+      codes[i / 2] =
+          static_cast<uint8_t>((codes[i / 2] & ~(0xfu << shift)) | ((code & 0xfu) << shift));
+    }
+  };
+  static_assert(sizeof(Bucket) == 20);
+  static uint16_t Tag(uint64_t mixed) {
+    const auto t = static_cast<uint16_t>(mixed >> 50);  // 14 bits
+    return t == 0 ? uint16_t{1} : t;
+  }
+  Bucket& BucketOf(uint64_t mixed) {
+    return buckets_[static_cast<size_t>(((mixed & 0xffffffffu) * buckets_.size()) >> 32)];
+  }
+
+  std::vector<Bucket> buckets_;
+  size_t size_ = 0;  // entries with a tag: Take skips the probe (a cache miss) when 0
+};
 
 // A cache simulated on a sample of the blocks (those whose mixed fingerprint's high 32 bits fall
 // below the sampling threshold), with its capacity scaled by the sampling rate, running LRFU at

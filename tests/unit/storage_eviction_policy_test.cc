@@ -30,6 +30,9 @@ std::unique_ptr<EvictionPolicy> Make(const std::string& name, uint64_t capacity)
   return p.ok() ? std::move(*p) : nullptr;
 }
 
+// The charge of every block in these tests but the random forests' (SelectVictims' ChargeOf).
+uint32_t ChargeOne(uint32_t /*slot*/) { return 1; }
+
 RequestInfo Request(uint64_t n, bool last_in_call = false) {
   RequestInfo info;
   info.request = n;
@@ -56,7 +59,7 @@ TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
   ASSERT_NE(policy, nullptr);
   absl::flat_hash_map<uint32_t, uint32_t> parent_of;  // live slot -> live parent (or kNoSlot)
   absl::flat_hash_map<uint32_t, uint32_t> tenant_of;
-  absl::flat_hash_map<uint32_t, uint32_t> charge_of;
+  absl::flat_hash_map<uint32_t, uint32_t> charges;
   std::vector<uint32_t> free_slots;
   for (uint32_t s = 0; s < 400; ++s) free_slots.push_back(399 - s);
   uint64_t request = 0;
@@ -67,7 +70,7 @@ TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
     return v;
   };
   auto erase = [&](uint32_t s) {
-    policy->OnErase(s, s + 1000, EraseReason::kEvicted);
+    policy->OnErase(s, s + 1000, charges[s], EraseReason::kEvicted);
     parent_of.erase(s);
     for (auto& [c, p] : parent_of) {
       if (p == s) p = kNoSlot;  // an orphan: its link went with its parent
@@ -90,7 +93,7 @@ TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
         policy->OnInsert(s, parent, s + 1000, charge, tenant, Request(request, i + 1 == n));
         parent_of[s] = parent;
         tenant_of[s] = tenant;
-        charge_of[s] = charge;
+        charges[s] = charge;
         parent = s;
       }
     } else if (op < 8 && !slots.empty()) {  // a hit along a block's chain, root first
@@ -101,7 +104,7 @@ TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
       ++request;
       uint32_t parent = kNoSlot;
       for (auto it = path.rbegin(); it != path.rend(); ++it) {
-        policy->OnHit(*it, parent, *it + 1000, Request(request));
+        policy->OnHit(*it, parent, *it + 1000, charges[*it], Request(request));
         parent = *it;
       }
     } else if (op == 8 && !slots.empty()) {  // a delete or expiry anywhere in a chain
@@ -113,8 +116,9 @@ TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
       if (rng() % 3 == 0) tenant = static_cast<uint32_t>(rng() % 3);
       const uint64_t need = 1 + rng() % 20;
       std::vector<uint32_t> out, again;
-      const uint64_t listed = policy->SelectVictims(need, tenant, evictable, &out);
-      EXPECT_EQ(policy->SelectVictims(need, tenant, evictable, &again), listed);
+      auto charge_of = [&charges](uint32_t s) { return charges.at(s); };
+      const uint64_t listed = policy->SelectVictims(need, tenant, evictable, charge_of, &out);
+      EXPECT_EQ(policy->SelectVictims(need, tenant, evictable, charge_of, &again), listed);
       EXPECT_EQ(out, again) << "SelectVictims changed the policy's state";
       absl::flat_hash_set<uint32_t> listed_so_far;
       uint64_t sum = 0;
@@ -131,7 +135,7 @@ TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
         }
         EXPECT_FALSE(listed_so_far.contains(s)) << "listed twice";
         listed_so_far.insert(s);
-        sum += charge_of[s];
+        sum += charges[s];
       }
       EXPECT_EQ(sum, listed);
       if (listed < need) {
@@ -153,7 +157,7 @@ TEST_P(EveryPolicyTest, ListsLeavesFirstAndOnlyWhatMayGo) {
     }
     EXPECT_EQ(policy->blocks(), parent_of.size());
     uint64_t bytes = 0;
-    for (const auto& [s, p] : parent_of) bytes += charge_of[s];
+    for (const auto& [s, p] : parent_of) bytes += charges[s];
     EXPECT_EQ(policy->charged_bytes(), bytes);
   }
   EXPECT_GT(policy->MemoryBytes(), 0u);
@@ -203,7 +207,7 @@ TEST(LrfuPolicyTest, ARequestsLastBlockGoesBeforeItsChain) {
   p.OnInsert(3, 2, 1003, 1, 0, Request(2));
   std::vector<uint32_t> out;
   auto all = [](uint32_t) { return true; };
-  p.SelectVictims(1, std::nullopt, all, &out);
+  p.SelectVictims(1, std::nullopt, all, ChargeOne, &out);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0], 1u);  // older request's last block, not request 2's (newer, not last)
 }
@@ -216,22 +220,53 @@ TEST(LrfuPolicyTest, AnEvictedBlockThatComesBackResumesItsValue) {
   LrfuPolicy p(lo);
   auto all = [](uint32_t) { return true; };
   p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(1));
-  for (uint64_t r = 2; r < 10; ++r) p.OnHit(0, kNoSlot, 5000, Request(r));
-  p.OnErase(0, 5000, EraseReason::kEvicted);
+  for (uint64_t r = 2; r < 10; ++r) p.OnHit(0, kNoSlot, 5000, 1, Request(r));
+  p.OnErase(0, 5000, 1, EraseReason::kEvicted);
   p.OnInsert(1, kNoSlot, 6000, 1, 0, Request(10));  // seen once
   p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(11));  // back: 9 uses before
   std::vector<uint32_t> out;
-  p.SelectVictims(1, std::nullopt, all, &out);
+  p.SelectVictims(1, std::nullopt, all, ChargeOne, &out);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0], 1u);
+}
+
+// A ghost's key is a 4-bit code against a reference that follows the clock in steps of half a
+// half-life (here: H = 4 turnovers of a 4-block capacity, 16 accesses): the code shifts with
+// it, so a block used often and evicted still comes back above one used twice, evicted at the
+// same time, after the reference has moved six steps.
+TEST(LrfuPolicyTest, AGhostKeepsItsValueWhileTheClockMovesOn) {
+  LrfuOptions lo;
+  lo.capacity_bytes = 4;
+  lo.half_lives = {4};
+  lo.initial_half_life = 4;
+  lo.max_unseen_age = 0;
+  LrfuPolicy p(lo);
+  uint64_t r = 1;
+  p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(r++));
+  for (int i = 0; i < 8; ++i) p.OnHit(0, kNoSlot, 5000, 1, Request(r++));  // used often
+  p.OnInsert(1, kNoSlot, 6000, 1, 0, Request(r++));
+  p.OnHit(1, kNoSlot, 6000, 1, Request(r++));  // used twice
+  p.OnErase(0, 5000, 1, EraseReason::kEvicted);
+  p.OnErase(1, 6000, 1, EraseReason::kEvicted);
+  for (uint64_t i = 0; i < 48; ++i) {  // 48 accesses of blocks that leave no ghost
+    p.OnInsert(2, kNoSlot, 7000 + i, 1, 0, Request(r++));
+    p.OnErase(2, 7000 + i, 1, EraseReason::kDeleted);
+  }
+  p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(r++));  // back first
+  p.OnInsert(1, kNoSlot, 6000, 1, 0, Request(r++));  // back after: the more recent
+  std::vector<uint32_t> out;
+  p.SelectVictims(
+      1, std::nullopt, [](uint32_t) { return true; }, ChargeOne, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], 1u);  // with the history lost, the older arrival (0) would go
 }
 
 // Stores, uses and evicts the block `fingerprint` in `slot`, then stores it again: a ghost of a
 // block evicted after a use comes back.
 void UseEvictAndStoreAgain(LrfuPolicy& p, uint32_t slot, uint64_t fingerprint, uint64_t* request) {
   p.OnInsert(slot, kNoSlot, fingerprint, 1, 0, Request((*request)++));
-  p.OnHit(slot, kNoSlot, fingerprint, Request((*request)++));
-  p.OnErase(slot, fingerprint, EraseReason::kEvicted);
+  p.OnHit(slot, kNoSlot, fingerprint, 1, Request((*request)++));
+  p.OnErase(slot, fingerprint, 1, EraseReason::kEvicted);
   p.OnInsert(slot, kNoSlot, fingerprint, 1, 0, Request((*request)++));
 }
 
@@ -248,18 +283,18 @@ TEST(LrfuPolicyTest, TheUnseenAgeAdaptsToWhichGhostsComeBack) {
   uint64_t request = 1;
   UseEvictAndStoreAgain(p, 0, 100, &request);
   EXPECT_DOUBLE_EQ(p.unseen_age(), 0.25);
-  p.OnErase(0, 100, EraseReason::kDeleted);  // no ghost
+  p.OnErase(0, 100, 1, EraseReason::kDeleted);  // no ghost
   UseEvictAndStoreAgain(p, 0, 101, &request);
   UseEvictAndStoreAgain(p, 1, 102, &request);
   EXPECT_DOUBLE_EQ(p.unseen_age(), 0.6);  // 0.75, capped
   // Unused: stored with no ghost, evicted, back.
   p.OnInsert(2, kNoSlot, 200, 1, 0, Request(request++));
-  p.OnErase(2, 200, EraseReason::kEvicted);
+  p.OnErase(2, 200, 1, EraseReason::kEvicted);
   p.OnInsert(2, kNoSlot, 200, 1, 0, Request(request++));
   EXPECT_DOUBLE_EQ(p.unseen_age(), 0.35);
   // A put call's last block has a rule of its own: its ghost changes nothing.
   p.OnInsert(3, kNoSlot, 300, 1, 0, Request(request++, /*last_in_call=*/true));
-  p.OnErase(3, 300, EraseReason::kEvicted);
+  p.OnErase(3, 300, 1, EraseReason::kEvicted);
   p.OnInsert(3, kNoSlot, 300, 1, 0, Request(request++));
   EXPECT_DOUBLE_EQ(p.unseen_age(), 0.35);
 
@@ -288,15 +323,15 @@ TEST(LrfuPolicyTest, FollowsAnotherNodesTuningThenTunesItselfAgain) {
   uint64_t request = 1;
   auto access = [&](uint64_t id) {
     if (auto it = slot_of.find(id); it != slot_of.end()) {
-      p.OnHit(it->second, kNoSlot, id, Request(request++));
+      p.OnHit(it->second, kNoSlot, id, 1, Request(request++));
       return;
     }
     if (p.charged_bytes() + 1 > lo.capacity_bytes) {
       std::vector<uint32_t> out;
       p.SelectVictims(
-          1, std::nullopt, [](uint32_t) { return true; }, &out);
+          1, std::nullopt, [](uint32_t) { return true; }, ChargeOne, &out);
       for (uint32_t v : out) {
-        p.OnErase(v, id_of[v], EraseReason::kEvicted);
+        p.OnErase(v, id_of[v], 1, EraseReason::kEvicted);
         slot_of.erase(id_of[v]);
         slot_of.emplace(id, v);
         id_of[v] = id;
@@ -355,14 +390,14 @@ TEST(LrfuPolicyTest, ABlockSeenOnceGoesBeforeOlderBlocksThatCameBack) {
     LrfuPolicy p(lo);
     uint64_t request = 1;
     UseEvictAndStoreAgain(p, 0, 100, &request);
-    p.OnHit(0, kNoSlot, 100, Request(request++));
-    p.OnErase(0, 100, EraseReason::kEvicted);
+    p.OnHit(0, kNoSlot, 100, 1, Request(request++));
+    p.OnErase(0, 100, 1, EraseReason::kEvicted);
     p.OnInsert(0, kNoSlot, 100, 1, 0, Request(request++));
     EXPECT_DOUBLE_EQ(p.unseen_age(), max_age / 2);
     p.OnInsert(1, kNoSlot, 999, 1, 0, Request(request++));  // seen for the first time
     std::vector<uint32_t> out;
     p.SelectVictims(
-        1, std::nullopt, [](uint32_t) { return true; }, &out);
+        1, std::nullopt, [](uint32_t) { return true; }, ChargeOne, &out);
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(out[0], max_age > 0 ? 1u : 0u) << max_age;
   }
@@ -385,8 +420,8 @@ TEST(LrfuPolicyTest, ReserveSizesThePerSlotArraysOnce) {
   // Same ranking either way.
   auto all = [](uint32_t) { return true; };
   std::vector<uint32_t> a, b;
-  grown.SelectVictims(100, std::nullopt, all, &a);
-  reserved.SelectVictims(100, std::nullopt, all, &b);
+  grown.SelectVictims(100, std::nullopt, all, ChargeOne, &a);
+  reserved.SelectVictims(100, std::nullopt, all, ChargeOne, &b);
   EXPECT_EQ(a, b);
 }
 
@@ -416,21 +451,26 @@ TEST(GhostTableTest, CountsItsGhosts) {
   EXPECT_EQ(g.size(), 0u);
 }
 
-// The policy's table: 16-bit tags, 6 bytes an entry, any size (no power-of-two rounding).
+// The policy's table: 2.5 bytes a ghost (a 14-bit tag and a 2-bit class, a 4-bit key code), any
+// size (no power-of-two rounding).
 TEST(GhostTableTest, TheCompactTableIsSizedExactly) {
   lrfu::CompactGhostTable g;
+  EXPECT_EQ(g.Put(lrfu::Mix64(1), {2, 5}), std::optional<uint32_t>(2));  // nowhere to keep it
   g.Resize(1000);
   EXPECT_EQ(g.capacity(), 1000u);
-  EXPECT_EQ(g.MemoryBytes(), 6000u);
+  EXPECT_EQ(g.MemoryBytes(), 2500u);
   g.Resize(1001);  // whole buckets of 8
   EXPECT_EQ(g.capacity(), 1008u);
-  for (uint64_t f = 1; f <= 500; ++f) g.Put(lrfu::Mix64(f), static_cast<float>(f));
-  const size_t held = g.size();  // a full bucket replaces its least valuable ghost
+  for (uint64_t f = 1; f <= 500; ++f) {
+    g.Put(lrfu::Mix64(f), {static_cast<uint32_t>(f % 3), static_cast<uint32_t>(f % 16)});
+  }
+  const size_t held = g.size();
   size_t found = 0;
   for (uint64_t f = 1; f <= 500; ++f) {
-    const std::optional<float> k = g.Take(lrfu::Mix64(f));
+    const std::optional<lrfu::CompactGhostTable::Ghost> k = g.Take(lrfu::Mix64(f));
     if (k.has_value()) {
-      EXPECT_EQ(*k, static_cast<float>(f));
+      EXPECT_EQ(k->ghost_class, f % 3);
+      EXPECT_EQ(k->code, f % 16);
       ++found;
     }
   }
@@ -438,6 +478,38 @@ TEST(GhostTableTest, TheCompactTableIsSizedExactly) {
   EXPECT_GE(found, 490u);
   EXPECT_EQ(found, held);
   EXPECT_EQ(g.size(), 0u);
+}
+
+// A full bucket drops its oldest ghost of the lowest class, or the new ghost when its class is
+// lower still; a ghost put again replaces its older self; TransformCodes re-codes every ghost.
+TEST(GhostTableTest, AFullBucketDropsItsOldestGhostOfTheLowestClass) {
+  lrfu::CompactGhostTable g;
+  g.Resize(8);  // one bucket
+  const uint32_t classes[8] = {2, 1, 0, 2, 1, 0, 2, 2};
+  for (uint64_t f = 0; f < 8; ++f) {
+    EXPECT_FALSE(g.Put(lrfu::Mix64(f), {classes[f], static_cast<uint32_t>(f)}).has_value());
+  }
+  EXPECT_EQ(g.size(), 8u);
+  // Class 1 in: the oldest class-0 ghost (f = 2) goes.
+  EXPECT_EQ(g.Put(lrfu::Mix64(8), {1, 8}), std::optional<uint32_t>(0));
+  EXPECT_FALSE(g.Take(lrfu::Mix64(2)).has_value());
+  EXPECT_TRUE(g.Take(lrfu::Mix64(5)).has_value());  // the younger class-0 ghost stayed
+  g.Put(lrfu::Mix64(9), {2, 9});                    // fills the room Take made
+  // Now no class 0 is left: a class-0 ghost is the one dropped, and the bucket is unchanged.
+  EXPECT_EQ(g.Put(lrfu::Mix64(10), {0, 10}), std::optional<uint32_t>(0));
+  EXPECT_FALSE(g.Take(lrfu::Mix64(10)).has_value());
+  EXPECT_EQ(g.size(), 8u);
+  // The same ghost again: its older self is what is lost.
+  EXPECT_EQ(g.Put(lrfu::Mix64(0), {1, 3}), std::optional<uint32_t>(2));
+  EXPECT_EQ(g.size(), 8u);
+  g.TransformCodes([](uint32_t c) { return 15 - c; });
+  const std::optional<lrfu::CompactGhostTable::Ghost> back = g.Take(lrfu::Mix64(0));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->ghost_class, 1u);
+  EXPECT_EQ(back->code, 12u);
+  const std::optional<lrfu::CompactGhostTable::Ghost> other = g.Take(lrfu::Mix64(6));
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->code, 9u);
 }
 
 // -- replays of the public Mooncake trace (../shared/data/traces), skipped without it ----------
