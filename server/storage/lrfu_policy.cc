@@ -22,13 +22,19 @@ enum GhostClass : uint32_t {
   kUsed = 2,     // stored from a ghost, or used while stored
 };
 
-// A ghost's key is kept as a 4-bit code c in [-8, 7] (stored as c + 8): key = reference + c x
-// step, step = M / 2 with M = max(half-life, capacity) in accesses, the reference within M of
-// the clock. A key below the range reads as its lowest (a value decayed 2^-4 or more), one
-// above as its highest. On the traces of bench/cache_replay, the hit ratios at 5-50% capacity
-// are within 0.3% of float keys (docs/cache.md).
-constexpr int kGhostCodeMin = -8;
-constexpr int kGhostCodeMax = 7;
+// A ghost's key is kept as a 5-bit code c in [-16, 15] (stored as c + 16): key = reference + c x
+// step, step = M / 4 with M = max(half-life, capacity) in accesses, the reference less than
+// kGhostReferenceLag steps behind the clock. A key below the range reads as its lowest (a value
+// decayed 2^-4 or more), one above as its highest. On the traces of bench/cache_replay, the hit
+// ratios at 5-50% capacity are within -0.2%..+0.6% of float keys on one node; 4-bit codes lost
+// 2% of three nodes' hits (docs/cache.md, "Ghosts in 2.5 bytes").
+constexpr int kGhostCodeMin = -16;
+constexpr int kGhostCodeMax = 15;
+// The reference moves (a pass over the ghost table) once it is this many steps behind: every 2 M
+// accesses. Keys up to 7 steps (1.75 M) above the clock keep their code (about 0.5% of the
+// evicted blocks' keys are higher: chat at 10% on three nodes); moving every 2 or 4 steps gave
+// the same hit ratios on the traces of docs/cache.md.
+constexpr int kGhostReferenceLag = 8;
 
 }  // namespace
 
@@ -207,7 +213,7 @@ void LrfuPolicy::Rescale(double from, double to) {
   }
 }
 
-double LrfuPolicy::GhostStep() const { return std::max(HalfLifeAccesses(), CapacityBlocks()) / 2; }
+double LrfuPolicy::GhostStep() const { return std::max(HalfLifeAccesses(), CapacityBlocks()) / 4; }
 
 uint32_t LrfuPolicy::GhostCode(double key) const {
   const double c = std::round((key - ghost_reference_) / ghost_step_);
@@ -250,8 +256,9 @@ void LrfuPolicy::MaybeMoveGhostReference() {
   }
   // Whole steps: codes shift exactly (no rounding adds up), the lowest saturating.
   const auto steps = static_cast<int>(std::floor((clock_ - ghost_reference_) / ghost_step_));
-  if (steps < 1) return;
+  if (steps < kGhostReferenceLag) return;
   ghost_reference_ += steps * ghost_step_;
+  if (ghosts_.size() == 0) return;
   ghosts_.TransformCodes([steps](uint32_t c) {
     return static_cast<uint32_t>(std::max(0, static_cast<int>(c) - steps));
   });
@@ -346,7 +353,7 @@ void LrfuPolicy::Tick(uint64_t fingerprint, uint64_t request, bool last_in_call,
     ghost_reference_ = clock_;
     ghost_step_ = GhostStep();
   }
-  if (clock_ - ghost_reference_ >= ghost_step_) MaybeMoveGhostReference();
+  if (clock_ - ghost_reference_ >= kGhostReferenceLag * ghost_step_) MaybeMoveGhostReference();
   if (fingerprint != 0) {
     const uint64_t mixed = lrfu::Mix64(fingerprint);
     if (Sampled(mixed)) Sample(mixed, request, last_in_call, charge);

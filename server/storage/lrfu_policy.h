@@ -11,11 +11,11 @@
 //   ancestors weigh more without extra rules.
 // - A put call's last block (RequestInfo::last_in_call: usually the partly filled block a
 //   conversation's next turn does not repeat) starts as the least valuable.
-// - Ghosts: evicted blocks by fingerprint (ghost_ratio per block of capacity), each with a 4-bit
-//   code of its key (steps of half a turnover, or of half a half-life when that is longer); a
-//   block stored again resumes its decayed value. This is the history that separates a block
-//   seen before from a new one (P(reused) 0.84 after two references vs 0.42 after one on the
-//   Mooncake trace).
+// - Ghosts: evicted blocks by fingerprint (ghost_ratio per block of capacity), each with a 5-bit
+//   code of its key (steps of a quarter turnover, or of a quarter half-life when that is
+//   longer); a block stored again resumes its decayed value. This is the history that separates
+//   a block seen before from a new one (P(reused) 0.84 after two references vs 0.42 after one on
+//   the Mooncake trace).
 // - Unseen age: a block with no ghost (seen for the first time, as far as the ghosts know) enters
 //   as if accessed `unseen age` turnovers ago, so that blocks used once (58% of the Mooncake
 //   trace's) leave before those used again. The age adapts between 0 and max_unseen_age as ARC
@@ -37,8 +37,8 @@
 // are bounded by shadow_blocks (about 0.5 MB each at the default), not by the store's size. Cost:
 // OnInsert/OnHit/OnErase are O(log leaves) (a hit on an inner block is O(1)); a sampled access also
 // costs O(log shadow_blocks) per shadow; a change of half-life is O(live blocks + ghosts) and
-// happens at most once per epoch; the ghosts' codes are shifted (O(ghosts)) every half turnover
-// (or half half-life) of accesses. Deterministic for a given input.
+// happens at most once per epoch; the ghosts' codes are shifted (O(ghosts)) every two turnovers
+// (or two half-lives, when those are longer) of accesses. Deterministic for a given input.
 //
 // Not thread-safe (see eviction_policy.h).
 #ifndef TURBOKV_SERVER_STORAGE_LRFU_POLICY_H_
@@ -194,7 +194,7 @@ class LrfuPolicy final : public EvictionPolicy {
   // Counts a ghost of class `ghost_class` (GhostClass) in or out.
   void CountGhost(uint32_t ghost_class, double delta);
   void Rescale(double from_half_life_accesses, double to_half_life_accesses);
-  // Ghost keys: the step the codes should have now (M / 2, M = max(half-life, capacity) in
+  // Ghost keys: the step the codes should have now (M / 4, M = max(half-life, capacity) in
   // accesses); a key's code and a code's key; re-coding every ghost for a reference at the clock
   // and that step, each key mapped by `map_key` first; moving the reference by whole steps
   // towards the clock (or re-coding, when the step is off by more than 1/8).

@@ -189,21 +189,22 @@ class BasicGhostTable {
 using GhostTable = BasicGhostTable<uint32_t>;
 
 // The policy's ghosts, 2.5 bytes each: which blocks were evicted lately, a 2-bit class of each
-// (what the block was when evicted; LrfuPolicy's GhostClass) and a 4-bit code of its key (the
+// (what the block was when evicted; LrfuPolicy's GhostClass) and a 5-bit code of its key (the
 // owner's quantization: LrfuPolicy keeps a reference and a step). Set-associative, buckets of 8
-// entries kept newest first: a 16-bit word per entry (a 14-bit tag of the fingerprint's mixed
-// high bits, the class) and a nibble of code. A full bucket drops its oldest ghost of the lowest
-// class, or the new ghost when its class is lower still (the ghosts of blocks used before are
-// the ones that come back). A tag collision (about 8 in 2^14 lookups of an absent fingerprint)
-// reports a ghost that is not there. The bucket is the mixed low 32 bits mapped onto the bucket
-// count by a multiply (Lemire's fast range reduction), so any count works.
+// entries kept newest first: a 16-bit word per entry (a 13-bit tag of the fingerprint's mixed
+// high bits, the class, the code's high bit) and a nibble (the code's low bits). A full bucket
+// drops its oldest ghost of the lowest class, or the new ghost when its class is lower still
+// (the ghosts of blocks used before are the ones that come back). A tag collision (about 8 in
+// 2^13 lookups of an absent fingerprint) reports a ghost that is not there. The bucket is the mixed
+// low 32 bits mapped onto the bucket count by a multiply (Lemire's fast range reduction), so any
+// count works.
 class CompactGhostTable {
  public:
-  static constexpr uint32_t kCodes = 16;  // codes are 0..15
+  static constexpr uint32_t kCodes = 32;  // codes are 0..31
 
   struct Ghost {
     uint32_t ghost_class;  // 0..3
-    uint32_t code;         // 0..15
+    uint32_t code;         // 0..31
   };
 
   // Room for `entries` ghosts (rounded up to whole buckets of kWays); drops all.
@@ -225,7 +226,7 @@ class CompactGhostTable {
     Bucket& b = BucketOf(mixed);
     size_t slot = kWays;  // the entry the shift below overwrites
     for (size_t i = 0; i < kWays; ++i) {
-      if (b.words[i] == 0 || (b.words[i] >> 2) == tag) {
+      if (b.words[i] == 0 || (b.words[i] >> 3) == tag) {
         slot = i;
         break;
       }
@@ -233,21 +234,21 @@ class CompactGhostTable {
     if (slot == kWays) {
       slot = kWays - 1;
       for (size_t i = kWays - 1; i-- > 0;) {
-        if ((b.words[i] & 3u) < (b.words[slot] & 3u)) slot = i;
+        if (ClassOf(b.words[i]) < ClassOf(b.words[slot])) slot = i;
       }
-      if (ghost.ghost_class < (b.words[slot] & 3u)) return ghost.ghost_class;
+      if (ghost.ghost_class < ClassOf(b.words[slot])) return ghost.ghost_class;
     }
     std::optional<uint32_t> lost;
     if (b.words[slot] == 0) {
       ++size_;
     } else {
-      lost = b.words[slot] & 3u;
+      lost = ClassOf(b.words[slot]);
     }
     for (size_t i = slot; i > 0; --i) {
       b.words[i] = b.words[i - 1];
       b.SetCode(i, b.Code(i - 1));
     }
-    b.words[0] = static_cast<uint16_t>((tag << 2) | (ghost.ghost_class & 3u));
+    b.words[0] = static_cast<uint16_t>((tag << 3) | ((ghost.ghost_class & 3u) << 1));
     b.SetCode(0, ghost.code);
     return lost;
   }
@@ -257,8 +258,8 @@ class CompactGhostTable {
     const uint16_t tag = Tag(mixed);
     Bucket& b = BucketOf(mixed);
     for (size_t i = 0; i < kWays && b.words[i] != 0; ++i) {
-      if ((b.words[i] >> 2) != tag) continue;
-      const Ghost ghost{b.words[i] & 3u, b.Code(i)};
+      if ((b.words[i] >> 3) != tag) continue;
+      const Ghost ghost{ClassOf(b.words[i]), b.Code(i)};
       for (size_t j = i; j + 1 < kWays; ++j) {
         b.words[j] = b.words[j + 1];
         b.SetCode(j, b.Code(j + 1));
@@ -270,7 +271,7 @@ class CompactGhostTable {
     }
     return std::nullopt;
   }
-  // Applies code = fn(code) to every ghost (fn: 0..15 -> 0..15; the owner's new quantization).
+  // Applies code = fn(code) to every ghost (fn: 0..31 -> 0..31; the owner's new quantization).
   template <typename Fn>
   void TransformCodes(Fn fn) {
     for (Bucket& b : buckets_) {
@@ -282,10 +283,14 @@ class CompactGhostTable {
  private:
   static constexpr size_t kWays = 8;
   struct Bucket {
-    uint16_t words[kWays] = {};     // tag << 2 | class, newest first; 0 = empty (tags are >= 1)
-    uint8_t codes[kWays / 2] = {};  // entry i's code: nibble i % 2 of codes[i / 2]
-    uint32_t Code(size_t i) const { return (codes[i / 2] >> (4 * (i % 2))) & 0xfu; }
+    // tag << 3 | class << 1 | the code's bit 4, newest first; 0 = empty (tags are >= 1).
+    uint16_t words[kWays] = {};
+    uint8_t codes[kWays / 2] = {};  // entry i's code bits 0..3: nibble i % 2 of codes[i / 2]
+    uint32_t Code(size_t i) const {
+      return ((words[i] & 1u) << 4) | ((codes[i / 2] >> (4 * (i % 2))) & 0xfu);
+    }
     void SetCode(size_t i, uint32_t code) {
+      words[i] = static_cast<uint16_t>((words[i] & ~1u) | ((code >> 4) & 1u));
       const unsigned shift = 4 * (i % 2);
       codes[i / 2] =
           static_cast<uint8_t>((codes[i / 2] & ~(0xfu << shift)) | ((code & 0xfu) << shift));
@@ -293,9 +298,10 @@ class CompactGhostTable {
   };
   static_assert(sizeof(Bucket) == 20);
   static uint16_t Tag(uint64_t mixed) {
-    const auto t = static_cast<uint16_t>(mixed >> 50);  // 14 bits
+    const auto t = static_cast<uint16_t>(mixed >> 51);  // 13 bits
     return t == 0 ? uint16_t{1} : t;
   }
+  static uint32_t ClassOf(uint16_t word) { return (word >> 1) & 3u; }
   Bucket& BucketOf(uint64_t mixed) {
     return buckets_[static_cast<size_t>(((mixed & 0xffffffffu) * buckets_.size()) >> 32)];
   }

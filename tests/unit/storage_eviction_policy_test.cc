@@ -230,10 +230,10 @@ TEST(LrfuPolicyTest, AnEvictedBlockThatComesBackResumesItsValue) {
   EXPECT_EQ(out[0], 1u);
 }
 
-// A ghost's key is a 4-bit code against a reference that follows the clock in steps of half a
+// A ghost's key is a 5-bit code against a reference that follows the clock in steps of a quarter
 // half-life (here: H = 4 turnovers of a 4-block capacity, 16 accesses): the code shifts with
 // it, so a block used often and evicted still comes back above one used twice, evicted at the
-// same time, after the reference has moved six steps.
+// same time, after the reference has moved on.
 TEST(LrfuPolicyTest, AGhostKeepsItsValueWhileTheClockMovesOn) {
   LrfuOptions lo;
   lo.capacity_bytes = 4;
@@ -259,6 +259,41 @@ TEST(LrfuPolicyTest, AGhostKeepsItsValueWhileTheClockMovesOn) {
       1, std::nullopt, [](uint32_t) { return true; }, ChargeOne, &out);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0], 1u);  // with the history lost, the older arrival (0) would go
+}
+
+// When the reference moves (every 8 steps: 32 accesses here), every code shifts with it: a ghost
+// put just before the move is not revived as if it were 8 steps younger than it is.
+TEST(LrfuPolicyTest, GhostCodesShiftWithTheReference) {
+  LrfuOptions lo;
+  lo.capacity_bytes = 4;
+  lo.half_lives = {4};
+  lo.initial_half_life = 4;
+  lo.max_unseen_age = 0;
+  LrfuPolicy p(lo);
+  uint64_t r = 1;
+  uint64_t filler = 7000;
+  auto pass = [&](int accesses) {  // accesses of blocks that leave no ghost
+    for (int i = 0; i < accesses; ++i) {
+      p.OnInsert(2, kNoSlot, filler, 1, 0, Request(r++));
+      p.OnErase(2, filler++, 1, EraseReason::kDeleted);
+    }
+  };
+  auto use_twice_and_evict = [&](uint32_t slot, uint64_t fingerprint) {
+    p.OnInsert(slot, kNoSlot, fingerprint, 1, 0, Request(r++));
+    p.OnHit(slot, kNoSlot, fingerprint, 1, Request(r++));
+    p.OnErase(slot, fingerprint, 1, EraseReason::kEvicted);
+  };
+  pass(27);
+  use_twice_and_evict(0, 5000);  // accesses 28-29
+  pass(6);                       // the reference moves at about 33
+  use_twice_and_evict(1, 6000);  // accesses 36-37: as valuable, 8 accesses later
+  p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(r++));
+  p.OnInsert(1, kNoSlot, 6000, 1, 0, Request(r++));
+  std::vector<uint32_t> out;
+  p.SelectVictims(
+      1, std::nullopt, [](uint32_t) { return true; }, ChargeOne, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], 0u);
 }
 
 // Stores, uses and evicts the block `fingerprint` in `slot`, then stores it again: a ghost of a
@@ -451,8 +486,8 @@ TEST(GhostTableTest, CountsItsGhosts) {
   EXPECT_EQ(g.size(), 0u);
 }
 
-// The policy's table: 2.5 bytes a ghost (a 14-bit tag and a 2-bit class, a 4-bit key code), any
-// size (no power-of-two rounding).
+// The policy's table: 2.5 bytes a ghost (a 13-bit tag, a 2-bit class, a 5-bit key code), any size
+// (no power-of-two rounding).
 TEST(GhostTableTest, TheCompactTableIsSizedExactly) {
   lrfu::CompactGhostTable g;
   EXPECT_EQ(g.Put(lrfu::Mix64(1), {2, 5}), std::optional<uint32_t>(2));  // nowhere to keep it
@@ -462,7 +497,7 @@ TEST(GhostTableTest, TheCompactTableIsSizedExactly) {
   g.Resize(1001);  // whole buckets of 8
   EXPECT_EQ(g.capacity(), 1008u);
   for (uint64_t f = 1; f <= 500; ++f) {
-    g.Put(lrfu::Mix64(f), {static_cast<uint32_t>(f % 3), static_cast<uint32_t>(f % 16)});
+    g.Put(lrfu::Mix64(f), {static_cast<uint32_t>(f % 3), static_cast<uint32_t>(f % 32)});
   }
   const size_t held = g.size();
   size_t found = 0;
@@ -470,7 +505,7 @@ TEST(GhostTableTest, TheCompactTableIsSizedExactly) {
     const std::optional<lrfu::CompactGhostTable::Ghost> k = g.Take(lrfu::Mix64(f));
     if (k.has_value()) {
       EXPECT_EQ(k->ghost_class, f % 3);
-      EXPECT_EQ(k->code, f % 16);
+      EXPECT_EQ(k->code, f % 32);
       ++found;
     }
   }
@@ -502,14 +537,14 @@ TEST(GhostTableTest, AFullBucketDropsItsOldestGhostOfTheLowestClass) {
   // The same ghost again: its older self is what is lost.
   EXPECT_EQ(g.Put(lrfu::Mix64(0), {1, 3}), std::optional<uint32_t>(2));
   EXPECT_EQ(g.size(), 8u);
-  g.TransformCodes([](uint32_t c) { return 15 - c; });
+  g.TransformCodes([](uint32_t c) { return 31 - c; });
   const std::optional<lrfu::CompactGhostTable::Ghost> back = g.Take(lrfu::Mix64(0));
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->ghost_class, 1u);
-  EXPECT_EQ(back->code, 12u);
+  EXPECT_EQ(back->code, 28u);
   const std::optional<lrfu::CompactGhostTable::Ghost> other = g.Take(lrfu::Mix64(6));
   ASSERT_TRUE(other.has_value());
-  EXPECT_EQ(other->code, 9u);
+  EXPECT_EQ(other->code, 25u);
 }
 
 // -- replays of the public Mooncake trace (../shared/data/traces), skipped without it ----------
