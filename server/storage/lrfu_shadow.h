@@ -83,24 +83,48 @@ void HeapSiftDown(std::vector<uint32_t>& heap, size_t pos, KeyOf key_of, SetPos 
   set_pos(s, static_cast<uint32_t>(pos));
 }
 
+// The bucket array of a set-associative ghost table: buckets of kGhostWays entries, any count of
+// them (no power-of-two rounding). A fingerprint's bucket is its mixed low 32 bits mapped onto
+// the count by a multiply (Lemire's fast range reduction), so at most 2^32 buckets.
+inline constexpr size_t kGhostWays = 8;
+template <typename Bucket>
+class GhostBuckets {
+ public:
+  // Room for `entries` ghosts (rounded up to whole buckets); every bucket empty.
+  void Resize(size_t entries) {
+    buckets_.assign(std::min<size_t>((entries + kGhostWays - 1) / kGhostWays, size_t{1} << 32),
+                    Bucket{});
+    buckets_.shrink_to_fit();
+  }
+  bool empty() const { return buckets_.empty(); }
+  size_t capacity() const { return buckets_.size() * kGhostWays; }  // entries
+  size_t MemoryBytes() const { return buckets_.capacity() * sizeof(Bucket); }
+  // `mixed`: Mix64 of the fingerprint; not for an empty array.
+  Bucket& Of(uint64_t mixed) {
+    return buckets_[static_cast<size_t>(((mixed & 0xffffffffu) * buckets_.size()) >> 32)];
+  }
+  typename std::vector<Bucket>::iterator begin() { return buckets_.begin(); }
+  typename std::vector<Bucket>::iterator end() { return buckets_.end(); }
+
+ private:
+  std::vector<Bucket> buckets_;
+};
+
 // Keys of recently evicted blocks, by fingerprint: a block stored again resumes the value it
 // had (decayed since) instead of starting from nothing. Set-associative, buckets of 8 entries
 // (a tag of the fingerprint's mixed high bits, TagT wide, and the key relative to the owner's
 // base: 6 bytes an entry with 16-bit tags, 8 with 32-bit ones); a full bucket drops its least
 // valuable entry. A tag collision (about 8 in 2^(8 x sizeof(TagT)) lookups of an absent
-// fingerprint) revives a wrong key. The bucket is the mixed low 32 bits mapped onto the bucket
-// count by a multiply (Lemire's fast range reduction), so any count works.
+// fingerprint) revives a wrong key. Any number of buckets (GhostBuckets).
 template <typename TagT>
 class BasicGhostTable {
  public:
   // Room for `entries` ghosts (rounded up to whole buckets of kWays); drops all.
   void Resize(size_t entries) {
-    // Up to 2^32 buckets (the bucket comes from 32 bits of the hash).
-    buckets_.assign(std::min<size_t>((entries + kWays - 1) / kWays, size_t{1} << 32), Bucket{});
-    buckets_.shrink_to_fit();
+    buckets_.Resize(entries);
     size_ = 0;
   }
-  size_t capacity() const { return buckets_.size() * kWays; }
+  size_t capacity() const { return buckets_.capacity(); }
   size_t size() const { return size_; }  // ghosts held
   // `mixed`: Mix64 of the fingerprint. Returns the key of the ghost the table no longer holds
   // because of this Put: the one it replaced (an older ghost of the same tag, or a full bucket's
@@ -109,7 +133,7 @@ class BasicGhostTable {
   std::optional<float> Put(uint64_t mixed, float key) {
     if (buckets_.empty()) return key;
     const TagT tag = Tag(mixed);
-    Bucket& b = BucketOf(mixed);
+    Bucket& b = buckets_.Of(mixed);
     size_t victim = kWays;
     for (size_t i = 0; i < kWays; ++i) {
       if (b.tags[i] == tag || b.tags[i] == 0) {
@@ -134,7 +158,7 @@ class BasicGhostTable {
   std::optional<float> Take(uint64_t mixed) {
     if (size_ == 0) return std::nullopt;  // a store's recovery inserts millions with no ghost
     const TagT tag = Tag(mixed);
-    Bucket& b = BucketOf(mixed);
+    Bucket& b = buckets_.Of(mixed);
     for (size_t i = 0; i < kWays; ++i) {
       if (b.tags[i] == tag) {
         b.tags[i] = 0;
@@ -166,10 +190,10 @@ class BasicGhostTable {
       }
     }
   }
-  size_t MemoryBytes() const { return buckets_.capacity() * sizeof(Bucket); }
+  size_t MemoryBytes() const { return buckets_.MemoryBytes(); }
 
  private:
-  static constexpr size_t kWays = 8;
+  static constexpr size_t kWays = kGhostWays;
   struct Bucket {
     TagT tags[kWays] = {};  // 0 = empty
     float keys[kWays] = {};
@@ -178,11 +202,8 @@ class BasicGhostTable {
     const auto t = static_cast<TagT>(mixed >> (64 - 8 * sizeof(TagT)));
     return t == 0 ? TagT{1} : t;
   }
-  Bucket& BucketOf(uint64_t mixed) {
-    return buckets_[static_cast<size_t>(((mixed & 0xffffffffu) * buckets_.size()) >> 32)];
-  }
 
-  std::vector<Bucket> buckets_;
+  GhostBuckets<Bucket> buckets_;
   size_t size_ = 0;  // entries with a tag: Take skips the probe (a cache miss) when 0
 };
 // The shadows' ghosts (DropAtOrAbove needs whole 32-bit tags).
@@ -195,9 +216,8 @@ using GhostTable = BasicGhostTable<uint32_t>;
 // high bits, the class, the code's high bit) and a nibble (the code's low bits). A full bucket
 // drops its oldest ghost of the lowest class, or the new ghost when its class is lower still
 // (the ghosts of blocks used before are the ones that come back). A tag collision (about 8 in
-// 2^13 lookups of an absent fingerprint) reports a ghost that is not there. The bucket is the mixed
-// low 32 bits mapped onto the bucket count by a multiply (Lemire's fast range reduction), so any
-// count works.
+// 2^13 lookups of an absent fingerprint) reports a ghost that is not there. Any number of buckets
+// (GhostBuckets).
 class CompactGhostTable {
  public:
   static constexpr uint32_t kCodes = 32;  // codes are 0..31
@@ -209,12 +229,10 @@ class CompactGhostTable {
 
   // Room for `entries` ghosts (rounded up to whole buckets of kWays); drops all.
   void Resize(size_t entries) {
-    // Up to 2^32 buckets (the bucket comes from 32 bits of the hash).
-    buckets_.assign(std::min<size_t>((entries + kWays - 1) / kWays, size_t{1} << 32), Bucket{});
-    buckets_.shrink_to_fit();
+    buckets_.Resize(entries);
     size_ = 0;
   }
-  size_t capacity() const { return buckets_.size() * kWays; }
+  size_t capacity() const { return buckets_.capacity(); }
   size_t size() const { return size_; }  // ghosts held
   // Adds `ghost` for `mixed` (Mix64 of the fingerprint) as the newest of its bucket. Returns the
   // class of the ghost the table no longer holds because of this Put (an older ghost of the same
@@ -223,7 +241,7 @@ class CompactGhostTable {
   std::optional<uint32_t> Put(uint64_t mixed, Ghost ghost) {
     if (buckets_.empty()) return ghost.ghost_class;
     const uint16_t tag = Tag(mixed);
-    Bucket& b = BucketOf(mixed);
+    Bucket& b = buckets_.Of(mixed);
     size_t slot = kWays;  // the entry the shift below overwrites
     for (size_t i = 0; i < kWays; ++i) {
       if (b.words[i] == 0 || (b.words[i] >> 3) == tag) {
@@ -256,7 +274,7 @@ class CompactGhostTable {
   std::optional<Ghost> Take(uint64_t mixed) {
     if (size_ == 0) return std::nullopt;  // a store's recovery inserts millions with no ghost
     const uint16_t tag = Tag(mixed);
-    Bucket& b = BucketOf(mixed);
+    Bucket& b = buckets_.Of(mixed);
     for (size_t i = 0; i < kWays && b.words[i] != 0; ++i) {
       if ((b.words[i] >> 3) != tag) continue;
       const Ghost ghost{ClassOf(b.words[i]), b.Code(i)};
@@ -278,10 +296,10 @@ class CompactGhostTable {
       for (size_t i = 0; i < kWays && b.words[i] != 0; ++i) b.SetCode(i, fn(b.Code(i)));
     }
   }
-  size_t MemoryBytes() const { return buckets_.capacity() * sizeof(Bucket); }
+  size_t MemoryBytes() const { return buckets_.MemoryBytes(); }
 
  private:
-  static constexpr size_t kWays = 8;
+  static constexpr size_t kWays = kGhostWays;
   struct Bucket {
     // tag << 3 | class << 1 | the code's bit 4, newest first; 0 = empty (tags are >= 1).
     uint16_t words[kWays] = {};
@@ -302,11 +320,8 @@ class CompactGhostTable {
     return t == 0 ? uint16_t{1} : t;
   }
   static uint32_t ClassOf(uint16_t word) { return (word >> 1) & 3u; }
-  Bucket& BucketOf(uint64_t mixed) {
-    return buckets_[static_cast<size_t>(((mixed & 0xffffffffu) * buckets_.size()) >> 32)];
-  }
 
-  std::vector<Bucket> buckets_;
+  GhostBuckets<Bucket> buckets_;
   size_t size_ = 0;  // entries with a tag: Take skips the probe (a cache miss) when 0
 };
 

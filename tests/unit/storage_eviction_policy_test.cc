@@ -230,28 +230,41 @@ TEST(LrfuPolicyTest, AnEvictedBlockThatComesBackResumesItsValue) {
   EXPECT_EQ(out[0], 1u);
 }
 
-// A ghost's key is a 5-bit code against a reference that follows the clock in steps of a quarter
-// half-life (here: H = 4 turnovers of a 4-block capacity, 16 accesses): the code shifts with
-// it, so a block used often and evicted still comes back above one used twice, evicted at the
-// same time, after the reference has moved on.
-TEST(LrfuPolicyTest, AGhostKeepsItsValueWhileTheClockMovesOn) {
+// The ghost-code tests' policy: one half-life, H = 4 turnovers of a 4-block capacity (16
+// accesses), so ghost codes come in steps of 4 accesses and the reference moves every 32; no
+// unseen age.
+LrfuOptions OneLongHalfLife() {
   LrfuOptions lo;
   lo.capacity_bytes = 4;
   lo.half_lives = {4};
   lo.initial_half_life = 4;
   lo.max_unseen_age = 0;
-  LrfuPolicy p(lo);
+  return lo;
+}
+
+// `accesses` accesses of blocks that leave no ghost (stored in slot 2, then deleted), with
+// request numbers from *request and fingerprints from *fingerprint.
+void AccessesWithoutGhosts(LrfuPolicy& p, int accesses, uint64_t* request, uint64_t* fingerprint) {
+  for (int i = 0; i < accesses; ++i) {
+    p.OnInsert(2, kNoSlot, *fingerprint, 1, 0, Request((*request)++));
+    p.OnErase(2, (*fingerprint)++, 1, EraseReason::kDeleted);
+  }
+}
+
+// A ghost's key is a 5-bit code against a reference that follows the clock in steps of a quarter
+// half-life: the code shifts with it, so a block used often and evicted still comes back above
+// one used twice, evicted at the same time, after the reference has moved on.
+TEST(LrfuPolicyTest, AGhostKeepsItsValueWhileTheClockMovesOn) {
+  LrfuPolicy p(OneLongHalfLife());
   uint64_t r = 1;
+  uint64_t filler = 7000;
   p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(r++));
   for (int i = 0; i < 8; ++i) p.OnHit(0, kNoSlot, 5000, 1, Request(r++));  // used often
   p.OnInsert(1, kNoSlot, 6000, 1, 0, Request(r++));
   p.OnHit(1, kNoSlot, 6000, 1, Request(r++));  // used twice
   p.OnErase(0, 5000, 1, EraseReason::kEvicted);
   p.OnErase(1, 6000, 1, EraseReason::kEvicted);
-  for (uint64_t i = 0; i < 48; ++i) {  // 48 accesses of blocks that leave no ghost
-    p.OnInsert(2, kNoSlot, 7000 + i, 1, 0, Request(r++));
-    p.OnErase(2, 7000 + i, 1, EraseReason::kDeleted);
-  }
+  AccessesWithoutGhosts(p, 48, &r, &filler);
   p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(r++));  // back first
   p.OnInsert(1, kNoSlot, 6000, 1, 0, Request(r++));  // back after: the more recent
   std::vector<uint32_t> out;
@@ -264,29 +277,18 @@ TEST(LrfuPolicyTest, AGhostKeepsItsValueWhileTheClockMovesOn) {
 // When the reference moves (every 8 steps: 32 accesses here), every code shifts with it: a ghost
 // put just before the move is not revived as if it were 8 steps younger than it is.
 TEST(LrfuPolicyTest, GhostCodesShiftWithTheReference) {
-  LrfuOptions lo;
-  lo.capacity_bytes = 4;
-  lo.half_lives = {4};
-  lo.initial_half_life = 4;
-  lo.max_unseen_age = 0;
-  LrfuPolicy p(lo);
+  LrfuPolicy p(OneLongHalfLife());
   uint64_t r = 1;
   uint64_t filler = 7000;
-  auto pass = [&](int accesses) {  // accesses of blocks that leave no ghost
-    for (int i = 0; i < accesses; ++i) {
-      p.OnInsert(2, kNoSlot, filler, 1, 0, Request(r++));
-      p.OnErase(2, filler++, 1, EraseReason::kDeleted);
-    }
-  };
   auto use_twice_and_evict = [&](uint32_t slot, uint64_t fingerprint) {
     p.OnInsert(slot, kNoSlot, fingerprint, 1, 0, Request(r++));
     p.OnHit(slot, kNoSlot, fingerprint, 1, Request(r++));
     p.OnErase(slot, fingerprint, 1, EraseReason::kEvicted);
   };
-  pass(27);
-  use_twice_and_evict(0, 5000);  // accesses 28-29
-  pass(6);                       // the reference moves at about 33
-  use_twice_and_evict(1, 6000);  // accesses 36-37: as valuable, 8 accesses later
+  AccessesWithoutGhosts(p, 27, &r, &filler);
+  use_twice_and_evict(0, 5000);              // accesses 28-29
+  AccessesWithoutGhosts(p, 6, &r, &filler);  // the reference moves at about 33
+  use_twice_and_evict(1, 6000);              // accesses 36-37: as valuable, 8 accesses later
   p.OnInsert(0, kNoSlot, 5000, 1, 0, Request(r++));
   p.OnInsert(1, kNoSlot, 6000, 1, 0, Request(r++));
   std::vector<uint32_t> out;
